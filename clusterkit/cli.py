@@ -1,0 +1,198 @@
+"""Argument definitions and dispatch only: every command's logic lives in clusterkit.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Sequence
+
+from clusterkit import __version__
+from clusterkit.errors import UsageError
+from clusterkit.status import ExitStatus
+
+STAGES = ("network", "bench", "image")
+FORMATS = ("text", "json", "junit")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (exit 2, one line) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
+
+
+def _stage_list(text: str) -> frozenset[str]:
+    names = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(names - set(STAGES))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown stage {', '.join(unknown)} (stages: {', '.join(STAGES)})"
+        )
+    return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that reaches nodes over SSH."""
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--forks",
+        type=_positive_int,
+        default=64,
+        help="hosts contacted at once (default: 64)",
+    )
+    group.add_argument(
+        "--host-key-policy",
+        choices=("strict", "accept-new", "off"),
+        default=None,
+        help="like OpenSSH StrictHostKeyChecking: strict (default) rejects unknown hosts, "
+        "accept-new records them, off trusts anyone (loudly)",
+    )
+    group.add_argument(
+        "--known-hosts",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="extra known_hosts file (repeatable); ~/.ssh/known_hosts is always read",
+    )
+    group.add_argument(
+        "--ssh-config",
+        default=None,
+        metavar="FILE",
+        help="OpenSSH client config to apply (default: ~/.ssh/config)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="deadline for TCP connect, banner, key exchange and auth "
+        "(default: ansible_ssh_timeout or 10)",
+    )
+    group.add_argument(
+        "--limit",
+        default=None,
+        metavar="HOSTS",
+        help="only these hosts or groups (comma-separated), like ansible --limit",
+    )
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("report")
+    group.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    group.add_argument(
+        "--output", "-o", default=None, metavar="FILE", help="write the report to FILE"
+    )
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "check",
+        help="decide whether a multi-node torchrun job can go ahead",
+        description="Probe every node of an Ansible inventory and check parity, health, "
+        "network paths and all-reduce bandwidth. Without an inventory, checks this machine.",
+    )
+    parser.add_argument("inventory", nargs="?", help="Ansible YAML inventory (default: localhost)")
+    parser.add_argument(
+        "--skip",
+        type=_stage_list,
+        default=frozenset(),
+        metavar="STAGE[,STAGE]",
+        help=f"skip stages: {', '.join(STAGES)}",
+    )
+    parser.add_argument("--strict", action="store_true", help="warnings fail the verdict too")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="deadline for each host's probe (default: 60)",
+    )
+    parser.add_argument(
+        "--fix-plan",
+        action="store_true",
+        help="print the provisioning commands that fix the current findings",
+    )
+    _add_bench_gate_options(parser)
+    _add_connection_options(parser)
+    _add_report_options(parser)
+    parser.set_defaults(handler="clusterkit.commands.check:run")
+
+
+def _add_bench_gate_options(parser: argparse.ArgumentParser) -> None:
+    """Bench options `check` shares with `bench`; `bench` adds the sweep flags."""
+    group = parser.add_argument_group("bench")
+    group.add_argument(
+        "--min-busbw",
+        type=_positive_float,
+        default=None,
+        metavar="GB/S",
+        help="all-reduce busbw threshold (overrides NCCL_TESTS_MIN_BW and the inventory)",
+    )
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "bench",
+        help="all-reduce bandwidth test on every node (nccl-tests compatible output)",
+    )
+    parser.add_argument("inventory", nargs="?", help="Ansible YAML inventory")
+    parser.set_defaults(handler="clusterkit.commands.bench:run")
+
+
+def _add_image(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("image", help="lock, render, build, push and verify pinned images")
+    parser.set_defaults(handler="clusterkit.commands.image:run")
+
+
+def _add_cost(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("cost", help="spot vs on-demand cost for a multi-node job")
+    parser.set_defaults(handler="clusterkit.commands.cost:run")
+
+
+def _add_provision(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("provision", help="run the Ansible playbooks on the inventory")
+    parser.set_defaults(handler="clusterkit.commands.provision:run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="clusterkit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in (_add_check, _add_bench, _add_image, _add_cost, _add_provision):
+        add(sub)
+    return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        raise UsageError("clusterkit: no command given", hint="try `clusterkit check`")
+    return args
+
+
+def dispatch(args: argparse.Namespace) -> ExitStatus:
+    module_name, _, function_name = args.handler.partition(":")
+    handler: Callable[[argparse.Namespace], ExitStatus] = getattr(
+        importlib.import_module(module_name), function_name
+    )
+    return ExitStatus(handler(args))

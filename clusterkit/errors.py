@@ -1,0 +1,72 @@
+"""One exception hierarchy. Every message names the file or host and what to try next,
+so `__main__` can print it on one line and map it to an exit status without a traceback."""
+
+from __future__ import annotations
+
+from clusterkit.status import ExitStatus
+
+
+class ClusterkitError(Exception):
+    """Base: a user-facing error with an exit status."""
+
+    exit_status: ExitStatus = ExitStatus.USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(ClusterkitError):
+    """A wrong flag or argument value."""
+
+
+class InventoryError(ClusterkitError):
+    """A malformed or missing inventory. Names the file, the line when known, and the key."""
+
+    def __init__(
+        self,
+        path: str,
+        message: str,
+        *,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        what = f"{key}: {message}" if key else message
+        super().__init__(f"{where}: {what}", hint=hint)
+        self.path, self.line, self.key = str(path), line, key
+
+
+class ConfigError(ClusterkitError):
+    """A malformed spec, catalog or settings file (not an inventory)."""
+
+
+class TransportError(ClusterkitError):
+    """A host could not be reached or a remote command could not run.
+
+    `kind` is one of: unreachable, refused, timeout, auth, hostkey-unknown, hostkey-changed,
+    proxy, protocol, interrupted.
+    """
+
+    exit_status = ExitStatus.INCOMPLETE
+
+    def __init__(self, host: str, kind: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{host}: {message}", hint=hint)
+        self.host, self.kind, self.detail = host, kind, message
+
+
+class StageError(ClusterkitError):
+    """A stage could not run to completion (not a failed check: we could not decide)."""
+
+    exit_status = ExitStatus.INCOMPLETE
+
+
+class ExternalToolError(ClusterkitError):
+    """A tool clusterkit drives (docker, ansible-playbook, a registry) failed."""
+
+    exit_status = ExitStatus.FAILED
