@@ -1,0 +1,1 @@
+"""Shared helpers for tests that need real daemons."""
