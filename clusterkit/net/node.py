@@ -1,0 +1,554 @@
+"""Network pre-flight, node side: shipped alone over stdin (`python3 - PHASE JSON-ARGS`).
+
+Stdlib only and Python 3.8+, because it runs with whatever interpreter the node has. Each
+phase is one execution; every socket operation and every external tool has its own bound so
+one stuck resolver or firewall tool cannot stall the rest. The result is printed between the
+same markers as clusterkit/framing.py so login noise around it cannot corrupt it.
+
+Phases:
+  facts  names as the node resolves them, interfaces, NCCL/GLOO ifname variables, the
+         ephemeral port range, a free port in it for the mesh, and the firewall rule sets.
+  mesh   bind the listeners the control side planned, then connect to every peer's
+         listeners from the fabric address; listeners stay up until every expected peer has
+         been seen or the hold time ends, then the process exits (nothing stays listening).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+BEGIN = b"\n--clusterkit-begin--\n"
+END = b"\n--clusterkit-end--\n"
+
+HANDSHAKE = b"CK-NET1"
+FIREWALL_TOOLS = (
+    ("iptables", ["iptables-save"]),
+    ("iptables-legacy", ["iptables-legacy-save"]),
+    ("nft", ["nft", "list", "ruleset"]),
+    ("ufw", ["ufw", "status", "verbose"]),
+    ("firewalld", ["firewall-cmd", "--list-all-zones"]),
+)
+FIREWALL_TEXT_CAP = 1024 * 1024
+TCP_LISTEN_STATE = "0A"
+
+
+def emit(payload):
+    data = json.dumps(payload, separators=(",", ":"), default=str).encode()
+    out = getattr(sys.stdout, "buffer", sys.stdout)
+    out.write(BEGIN + data + END)
+    out.flush()
+
+
+def run_tool(argv, timeout):
+    """Run an external tool in its own process group; kill the whole group at the bound."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        return {"state": "absent", "reason": argv[0] + " not found"}
+    except OSError as error:
+        return {"state": "unknown", "reason": "%s: %s" % (argv[0], error.strerror)}
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=1)
+        return {"state": "unknown", "reason": "%s timed out after %ss" % (argv[0], timeout)}
+    text = stdout.decode("utf-8", "replace")
+    result = {"exit_code": proc.returncode, "text": text[:FIREWALL_TEXT_CAP]}
+    if proc.returncode != 0:
+        result["state"] = "unknown"
+        result["reason"] = "%s exited %s: %s" % (
+            argv[0],
+            proc.returncode,
+            (stderr.decode("utf-8", "replace").strip() or text.strip())[-200:],
+        )
+    else:
+        result["state"] = "ok"
+    return result
+
+
+def bounded(fn, timeout, *args):
+    """Run fn in a daemon thread; return ("ok", value), ("error", reason) or ("timeout", ...).
+
+    getaddrinfo cannot be interrupted, so a stuck resolver is abandoned, not waited for."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args)
+        except Exception as error:  # reported as data, never raised on the node
+            box["error"] = "%s: %s" % (type(error).__name__, error)
+
+    thread = threading.Thread(target=target)
+    thread.daemon = True
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return "timeout", "no answer within %ss" % timeout
+    if "error" in box:
+        return "error", box["error"]
+    return "ok", box["value"]
+
+
+def resolve(name):
+    seen = []
+    for info in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM):
+        address = info[4][0]
+        if address not in seen:
+            seen.append(address)
+    return seen
+
+
+def resolve_bounded(name, timeout):
+    state, value = bounded(resolve, timeout, name)
+    if state == "ok":
+        return {"name": name, "addresses": value}
+    return {"name": name, "addresses": [], "error": value}
+
+
+def read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def interfaces(timeout):
+    """Names, admin/oper state and MTU from /sys/class/net; addresses from `ip -j addr`."""
+    found = {}
+    try:
+        names = sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        names = []
+    for name in names:
+        base = "/sys/class/net/" + name
+        flags = read_text(base + "/flags")
+        mtu = read_text(base + "/mtu")
+        found[name] = {
+            "name": name,
+            "up": bool(int(flags, 16) & 1) if flags else None,
+            "operstate": read_text(base + "/operstate"),
+            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+            "addresses": [],
+        }
+    error = None
+    listing = run_tool(["ip", "-j", "addr", "show"], timeout)
+    if listing.get("state") != "ok":
+        error = listing.get("reason")
+    else:
+        try:
+            for item in json.loads(listing["text"] or "[]"):
+                name = item.get("ifname")
+                entry = found.setdefault(
+                    name,
+                    {
+                        "name": name,
+                        "up": "UP" in item.get("flags", []),
+                        "operstate": str(item.get("operstate", "")).lower(),
+                        "mtu": item.get("mtu"),
+                        "addresses": [],
+                    },
+                )
+                for addr in item.get("addr_info", []):
+                    if addr.get("family") in ("inet", "inet6") and addr.get("local"):
+                        entry["addresses"].append(
+                            {
+                                "family": addr["family"],
+                                "address": addr["local"],
+                                "prefixlen": addr.get("prefixlen"),
+                            }
+                        )
+        except ValueError as parse_error:
+            error = "ip -j addr: %s" % parse_error
+    return [found[name] for name in sorted(found)], error
+
+
+def local_ports():
+    """Every local TCP port in use, in any state (a listener or a connection's own port)."""
+    ports = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 2:
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            continue
+    return ports
+
+
+def port_holder(port, budget=1.0):
+    """Which process listens on the port (pid and command), best effort within the budget."""
+    inodes = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    listening = len(fields) > 9 and fields[3] == TCP_LISTEN_STATE
+                    if listening and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add("socket:[%s]" % fields[9])
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    stop = time.monotonic() + budget
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or time.monotonic() > stop:
+            continue
+        try:
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in inodes:
+                    cmdline = read_text("/proc/%s/cmdline" % pid) or ""
+                    return {"pid": int(pid), "command": cmdline.replace("\0", " ").strip()[:200]}
+        except OSError:
+            continue
+    return {"pid": None, "command": None}
+
+
+def bindable(port):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("0.0.0.0", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def pick_mesh_port(port_range, reserved, seed):
+    """A free port inside the ephemeral range (where NCCL and gloo listen), deterministic
+    per node so a rerun tests the same port, verified free now; the mesh phase binds it."""
+    low, high = port_range
+    span = max(1, high - low + 1)
+    start = low + (sum(bytearray(seed.encode())) * 7919) % span
+    taken = local_ports() | set(reserved)
+    for step in range(min(span, 512)):
+        port = low + (start - low + step) % span
+        if port not in taken and bindable(port):
+            return port
+    return None
+
+
+def phase_facts(args):
+    timeout = float(args.get("timeout", 3.0))
+    tool_timeout = float(args.get("tool_timeout", 5.0))
+    hostname = socket.gethostname()
+    result = {"phase": "facts", "hostname": hostname, "uid": os.geteuid()}
+
+    firewall = {}
+    threads = []
+
+    def collect(key, argv):
+        if os.geteuid() != 0:
+            firewall[key] = {"state": "unknown", "reason": "not root (uid %d)" % os.geteuid()}
+        else:
+            firewall[key] = run_tool(argv, tool_timeout)
+
+    for key, argv in FIREWALL_TOOLS:
+        thread = threading.Thread(target=collect, args=(key, argv))
+        thread.daemon = True
+        thread.start()
+        threads.append(thread)
+
+    master = args.get("master")
+    result["master"] = resolve_bounded(master, timeout) if master else None
+    result["own_name"] = resolve_bounded(hostname, timeout)
+    result["interfaces"], result["interfaces_error"] = interfaces(tool_timeout)
+    result["env"] = {
+        key: os.environ.get(key) for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    }
+    text = read_text("/proc/sys/net/ipv4/ip_local_port_range")
+    try:
+        low, high = (int(part) for part in text.split())
+        result["ephemeral_range"] = [low, high]
+    except (AttributeError, ValueError):
+        low, high = 32768, 60999
+        result["ephemeral_range"] = None
+    reserved = [int(port) for port in args.get("reserved_ports", [])]
+    result["mesh_port"] = pick_mesh_port((low, high), reserved, hostname)
+    result["reserved_in_use"] = {
+        str(port): port_holder(port) for port in reserved if port in local_ports()
+    }
+    stop = time.monotonic() + tool_timeout + 2
+    for thread in threads:
+        thread.join(max(0.0, stop - time.monotonic()))
+    for key, _argv in FIREWALL_TOOLS:
+        firewall.setdefault(key, {"state": "unknown", "reason": "collector did not finish"})
+    result["firewall"] = firewall
+    return result
+
+
+class Listener:
+    """One planned listening port: accepts, answers the handshake, records who came."""
+
+    def __init__(self, port, role, name):
+        self.port, self.role, self.name = port, role, name
+        self.seen = set()
+        self.sock = None
+        self.state = "ok"
+        self.error = None
+        self.holder = None
+        self.lock = threading.Lock()
+
+    def bind(self):
+        families = [socket.AF_INET6, socket.AF_INET] if socket.has_ipv6 else [socket.AF_INET]
+        for family in families:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                    sock.bind(("::", self.port))
+                else:
+                    sock.bind(("0.0.0.0", self.port))
+                sock.listen(128)
+                sock.setblocking(False)
+                self.sock = sock
+                return
+            except OSError as error:
+                sock.close()
+                if error.errno == errno.EADDRINUSE:
+                    self.state = "in_use"
+                    self.error = os.strerror(error.errno)
+                    self.holder = port_holder(self.port)
+                    return
+                if error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                    continue
+                self.state = "error"
+                self.error = error.strerror or str(error)
+                return
+        self.state = "error"
+        self.error = self.error or "no address family could bind"
+
+    def serve(self, until):
+        while self.sock is not None and time.monotonic() < until():
+            try:
+                ready, _, _ = select.select([self.sock], [], [], 0.05)
+            except (OSError, ValueError):
+                return
+            if not ready:
+                continue
+            try:
+                conn, _peer = self.sock.accept()
+            except OSError:
+                continue
+            worker = threading.Thread(target=self.answer, args=(conn,))
+            worker.daemon = True
+            worker.start()
+
+    def answer(self, conn):
+        try:
+            conn.settimeout(2.0)
+            line = read_line(conn)
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == HANDSHAKE.decode():
+                conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
+                with self.lock:
+                    self.seen.add(parts[1])
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def read_line(conn, limit=256):
+    data = b""
+    while not data.endswith(b"\n") and len(data) < limit:
+        chunk = conn.recv(limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace").strip()
+
+
+CONNECT_ERRORS = {
+    errno.ECONNREFUSED: "refused",
+    errno.EHOSTUNREACH: "unreachable",
+    errno.ENETUNREACH: "unreachable",
+    errno.ETIMEDOUT: "timeout",
+}
+
+
+def connect_once(target, source, timeout, name):
+    """One bounded connect plus the handshake; returns (result, detail)."""
+    address = target["address"]
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if source and (":" in source) == (family == socket.AF_INET6):
+            try:
+                sock.bind((source, 0))
+            except OSError as error:
+                return "error", "cannot use source address %s: %s" % (source, error.strerror)
+        sock.settimeout(timeout)
+        try:
+            sock.connect((address, int(target["port"])))
+        except socket.timeout:
+            return "timeout", "no answer within %.1fs" % timeout
+        except OSError as error:
+            kind = CONNECT_ERRORS.get(error.errno, "error")
+            return kind, error.strerror or str(error)
+        try:
+            sock.sendall(HANDSHAKE + b" " + name.encode() + b"\n")
+            reply = read_line(sock).split()
+        except OSError as error:
+            return "foreign", "connected, but no clusterkit listener answered (%s)" % (
+                error.strerror or error
+            )
+        if len(reply) >= 2 and reply[0] == HANDSHAKE.decode():
+            return "ok", reply[1]
+        return "foreign", "connected, but another program listens on this port"
+    finally:
+        sock.close()
+
+
+def probe_target(target, source, name, connect_timeout, window_end):
+    """Connect until it works or the window ends; retry "refused" only, because a peer that
+    started a moment later has not bound yet, while a timeout already used its bound."""
+    started = time.monotonic()
+    attempts = 0
+    while True:
+        attempts += 1
+        budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
+        result, detail = connect_once(target, source, budget, name)
+        if result != "refused" or time.monotonic() + 0.2 >= window_end:
+            break
+        time.sleep(0.2)
+    outcome = dict(target)
+    outcome.update(
+        result=result,
+        detail=detail,
+        attempts=attempts,
+        seconds=round(time.monotonic() - started, 3),
+    )
+    return outcome
+
+
+def phase_mesh(args):
+    started = time.monotonic()
+    name = args["name"]
+    settle = float(args.get("settle", 0.5))
+    window = float(args.get("window", 5.0))
+    hold = float(args.get("hold", 3.0))
+    connect_timeout = float(args.get("connect_timeout", 3.0))
+    listeners = [Listener(int(item["port"]), item["role"], name) for item in args["listen"]]
+    for listener in listeners:
+        listener.bind()
+
+    hold_end = started + settle + window + hold
+    expected = args.get("expected_peers", {})
+    done = threading.Event()
+
+    def everyone_seen():
+        for listener in listeners:
+            if listener.state != "ok":
+                continue
+            with listener.lock:
+                if not set(expected.get(str(listener.port), [])) <= listener.seen:
+                    return False
+        return True
+
+    def listen_until():
+        return hold_end if not done.is_set() else 0
+
+    servers = []
+    for listener in listeners:
+        thread = threading.Thread(target=listener.serve, args=(listen_until,))
+        thread.daemon = True
+        thread.start()
+        servers.append(thread)
+
+    time.sleep(max(0.0, started + settle - time.monotonic()))
+    window_end = time.monotonic() + window
+    results = [None] * len(args.get("targets", []))
+
+    def run(index, target):
+        results[index] = probe_target(target, args.get("source"), name, connect_timeout, window_end)
+
+    workers = []
+    for index, target in enumerate(args.get("targets", [])):
+        thread = threading.Thread(target=run, args=(index, target))
+        thread.daemon = True
+        thread.start()
+        workers.append(thread)
+    for thread in workers:
+        thread.join(max(0.0, window_end + connect_timeout + 1 - time.monotonic()))
+    while time.monotonic() < hold_end and not everyone_seen():
+        time.sleep(0.05)
+    done.set()
+    for thread in servers:
+        thread.join(1.0)
+    for listener in listeners:
+        listener.close()
+    for index, target in enumerate(args.get("targets", [])):
+        if results[index] is None:
+            results[index] = dict(target, result="timeout", detail="connect never returned")
+    return {
+        "phase": "mesh",
+        "listeners": [
+            {
+                "port": item.port,
+                "role": item.role,
+                "state": item.state,
+                "error": item.error,
+                "holder": item.holder,
+                "seen": sorted(item.seen),
+            }
+            for item in listeners
+        ],
+        "connects": results,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+PHASES = {"facts": phase_facts, "mesh": phase_mesh}
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in PHASES:
+        emit({"error": "usage: node.py {%s} JSON-ARGS" % ",".join(sorted(PHASES))})
+        return 2
+    try:
+        args = json.loads(argv[2])
+    except ValueError as error:
+        emit({"error": "arguments are not JSON: %s" % error})
+        return 2
+    try:
+        emit(PHASES[argv[1]](args))
+    except Exception as error:  # reported as data: the control side names the host
+        emit({"error": "%s phase failed: %s: %s" % (argv[1], type(error).__name__, error)})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
