@@ -70,11 +70,31 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def remote_command(argv: Sequence[str], timeout: float | None = None) -> str:
-    """Quote argv for a POSIX shell, bounded by coreutils `timeout -k` on the node when given:
-    the node kills its own process even if our connection is gone."""
-    quoted = shlex.join(argv)
-    if timeout is None:
-        return quoted
-    seconds = max(1, int(timeout + 0.999))
-    return f"timeout -k 2 {seconds} {quoted}"
+PGID_MARKER = b"clusterkit-pgid "
+
+# Runs argv as the leader of its own process group (GNU timeout calls setpgid), bounded on the
+# node itself, and reports the group id on stderr first so the control side can kill the whole
+# group on a deadline or Ctrl-C even while the connection is still up.
+_WRAPPER = (
+    'printf "clusterkit-pgid %s\\n" "$$" >&2; '
+    "if command -v timeout >/dev/null 2>&1; "
+    'then exec timeout -k 2 "$0" "$@"; else exec "$@"; fi'
+)
+
+
+def remote_command(argv: Sequence[str], timeout: float) -> str:
+    """The shell command line that runs argv on a node: every argument quoted, bounded by
+    `timeout -k` on the node so it dies even if our connection is gone."""
+    seconds = str(max(1, int(timeout + 0.999)))
+    return shlex.join(["sh", "-c", _WRAPPER, seconds, *argv])
+
+
+def split_pgid(stderr: bytes) -> tuple[int | None, bytes]:
+    """Remove the wrapper's first stderr line and return (pgid, the rest of stderr)."""
+    if not stderr.startswith(PGID_MARKER):
+        return None, stderr
+    line, _, rest = stderr.partition(b"\n")
+    try:
+        return int(line[len(PGID_MARKER) :]), rest
+    except ValueError:
+        return None, rest

@@ -24,6 +24,6 @@ def parallel(
         for future in futures:
             try:
                 results.append(future.result())
-            except Exception as error:  # noqa: BLE001 - reported per host by the caller
+            except Exception as error:  # reported per host by the caller
                 results.append(error)
     return results

@@ -1,0 +1,146 @@
+"""Open one connection per host, in parallel and bounded, and keep them for every stage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import paramiko
+
+from clusterkit.errors import TransportError
+from clusterkit.inventory.model import Host, Inventory
+from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.endpoint import (
+    ConnectOptions,
+    Endpoint,
+    load_ssh_config,
+    resolve_endpoint,
+)
+from clusterkit.transport.hostkeys import HostKeyVerifier
+from clusterkit.transport.local import LocalTransport
+from clusterkit.transport.pool import parallel
+from clusterkit.transport.ssh import SSHTransport, open_client
+
+
+@dataclass
+class Connections:
+    """The connected hosts (in inventory order) and why the others could not be reached."""
+
+    transports: dict[str, Transport] = field(default_factory=dict)
+    failures: dict[str, TransportError] = field(default_factory=dict)
+
+    def cancel(self) -> None:
+        """Ctrl-C: make every running remote command kill its process group and return."""
+        for transport in self.transports.values():
+            cancel = getattr(transport, "cancel", None)
+            if cancel is not None:
+                cancel()
+
+    def close(self) -> None:
+        for transport in self.transports.values():
+            transport.close()
+
+
+def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig) -> Transport:
+    """Connect to one host (through its jump hosts), or raise a classified TransportError."""
+    if host.is_local:
+        return LocalTransport(host.name)
+    endpoint = resolve_endpoint(host, options, config)
+    deadline = Deadline.after(endpoint.timeout)
+    hops: list[paramiko.SSHClient] = []
+    try:
+        sock = None
+        for hop in endpoint.jumps:
+            hops.append(open_client(hop, _verifier(hop), deadline, sock))
+            sock = _tunnel(hops[-1], hop, _next(endpoint, hop), deadline)
+        client = open_client(endpoint, _verifier(endpoint), deadline, sock)
+    except BaseException:
+        for hop in reversed(hops):
+            hop.close()
+        raise
+    return SSHTransport(host.name, client, hops)
+
+
+def _next(endpoint: Endpoint, hop: Endpoint) -> Endpoint:
+    index = endpoint.jumps.index(hop)
+    return endpoint.jumps[index + 1] if index + 1 < len(endpoint.jumps) else endpoint
+
+
+def _tunnel(
+    client: paramiko.SSHClient, hop: Endpoint, target: Endpoint, deadline: Deadline
+) -> paramiko.Channel:
+    transport = client.get_transport()
+    assert transport is not None
+    try:
+        return transport.open_channel(
+            "direct-tcpip",
+            (target.address, target.port),
+            ("127.0.0.1", 0),
+            timeout=max(0.1, deadline.remaining()),
+        )
+    except (paramiko.SSHException, OSError, EOFError) as error:
+        raise TransportError(
+            target.host,
+            "proxy",
+            f"jump host {hop.address} could not reach {target.address}:{target.port}: {error}",
+            hint="check ProxyJump and that the jump host can reach the node",
+        ) from None
+
+
+_verifiers: dict[tuple[str, tuple[str, ...]], HostKeyVerifier] = {}
+
+
+def _verifier(endpoint: Endpoint) -> HostKeyVerifier:
+    """One verifier per (policy, files): known_hosts is read once per run, not per host."""
+    key = (endpoint.policy, endpoint.known_hosts)
+    if key not in _verifiers:
+        _verifiers[key] = HostKeyVerifier(endpoint.policy, list(endpoint.known_hosts))
+    return _verifiers[key]
+
+
+def connect_all(
+    inventory: Inventory,
+    options: ConnectOptions,
+    *,
+    on_done: Callable[[str, TransportError | None], None] | None = None,
+) -> Connections:
+    """Connect to every host, at most options.forks at once."""
+    _verifiers.clear()
+    config = load_ssh_config(options.ssh_config)
+
+    def attempt(host: Host) -> Transport:
+        try:
+            transport = connect_host(host, options, config)
+        except TransportError as error:
+            if on_done:
+                on_done(host.name, error)
+            raise
+        if on_done:
+            on_done(host.name, None)
+        return transport
+
+    connections = Connections()
+    results = parallel(attempt, inventory.hosts, workers=options.forks)
+    for host, result in zip(inventory.hosts, results):
+        if isinstance(result, TransportError):
+            connections.failures[host.name] = result
+        elif isinstance(result, BaseException):
+            connections.failures[host.name] = TransportError(
+                host.name, "protocol", f"connection failed: {result}"
+            )
+        else:
+            connections.transports[host.name] = result
+    return connections
+
+
+@contextmanager
+def connected(inventory: Inventory, options: ConnectOptions, **kwargs) -> Iterator[Connections]:
+    connections = connect_all(inventory, options, **kwargs)
+    try:
+        yield connections
+    except KeyboardInterrupt:
+        connections.cancel()
+        raise
+    finally:
+        connections.close()

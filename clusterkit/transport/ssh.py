@@ -1,0 +1,270 @@
+"""SSH transport on paramiko: one connection per host, every step bounded by a deadline."""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import threading
+import time
+from collections.abc import Sequence
+
+import paramiko
+
+from clusterkit.errors import TransportError
+from clusterkit.transport.base import (
+    DEFAULT_OUTPUT_CAP,
+    CommandResult,
+    Deadline,
+    remote_command,
+    split_pgid,
+)
+from clusterkit.transport.endpoint import Endpoint
+from clusterkit.transport.hostkeys import HostKeyVerifier
+
+_CHUNK = 65536
+_KILL_SECONDS = 5.0
+
+
+class _Verify(paramiko.MissingHostKeyPolicy):
+    """paramiko's client knows no keys here: every key comes to us, known or not."""
+
+    def __init__(self, verifier: HostKeyVerifier, endpoint: Endpoint) -> None:
+        self.verifier, self.endpoint = verifier, endpoint
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        ep = self.endpoint
+        self.verifier.verify(ep.host, ep.address, ep.port, key)
+
+
+def _classify(host: str, where: str, error: BaseException, deadline: Deadline) -> TransportError:
+    """Turn a socket/paramiko exception into a TransportError with a next step."""
+    if isinstance(error, TransportError):
+        return error
+    if isinstance(error, paramiko.BadHostKeyException):
+        return TransportError(host, "hostkey-changed", f"host key for {where} has changed")
+    if isinstance(error, (paramiko.AuthenticationException, paramiko.PasswordRequiredException)):
+        return TransportError(
+            host,
+            "auth",
+            f"authentication failed at {where}: {error}",
+            hint="check ansible_user and ansible_ssh_private_key_file, or load the key "
+            "into ssh-agent",
+        )
+    if isinstance(error, ConnectionRefusedError):
+        return TransportError(
+            host, "refused", f"connection refused by {where}", hint="is sshd running there?"
+        )
+    if isinstance(error, socket.gaierror):
+        return TransportError(
+            host,
+            "unreachable",
+            f"cannot resolve {where}: {error.strerror}",
+            hint="check ansible_host",
+        )
+    if isinstance(error, OSError) and error.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return TransportError(
+            host, "unreachable", f"no route to {where}", hint="check the address and routing"
+        )
+    if isinstance(error, (socket.timeout, TimeoutError)) or deadline.expired:
+        return TransportError(
+            host,
+            "timeout",
+            f"no answer from {where} within the connect deadline",
+            hint="the host is down, or a firewall drops SSH packets",
+        )
+    return TransportError(host, "protocol", f"SSH to {where} failed: {error or type(error)}")
+
+
+def open_client(
+    endpoint: Endpoint,
+    verifier: HostKeyVerifier,
+    deadline: Deadline,
+    sock: socket.socket | paramiko.Channel | None = None,
+) -> paramiko.SSHClient:
+    """Connect and authenticate, never past the deadline: a watchdog closes the socket if
+    the server accepts TCP and then stalls in any phase paramiko does not time itself."""
+    where = endpoint.where
+    if sock is None:
+        try:
+            sock = socket.create_connection(
+                (endpoint.address, endpoint.port), timeout=max(0.1, deadline.remaining())
+            )
+        except OSError as error:
+            raise _classify(endpoint.host, where, error, deadline) from None
+    watchdog = threading.Timer(max(0.0, deadline.remaining()), sock.close)
+    watchdog.daemon = True
+    watchdog.start()
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(_Verify(verifier, endpoint))
+    keys = list(endpoint.key_files) or None
+    remaining = max(0.1, deadline.remaining())
+    try:
+        client.connect(
+            hostname=endpoint.address,
+            port=endpoint.port,
+            username=endpoint.user,
+            key_filename=keys,
+            look_for_keys=keys is None,
+            allow_agent=keys is None,
+            timeout=remaining,
+            banner_timeout=remaining,
+            auth_timeout=remaining,
+            channel_timeout=remaining,
+            sock=sock,
+        )
+    except BaseException as error:
+        client.close()
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        raise _classify(endpoint.host, where, error, deadline) from None
+    finally:
+        watchdog.cancel()
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(15)
+    return client
+
+
+class SSHTransport:
+    """Runs commands over one authenticated paramiko connection (reused by every stage)."""
+
+    def __init__(
+        self,
+        host: str,
+        client: paramiko.SSHClient,
+        hops: Sequence[paramiko.SSHClient] = (),
+    ) -> None:
+        self.host = host
+        self._client = client
+        self._hops = list(hops)  # jump-host connections, closed after the client
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Make every running command kill its remote process group and return."""
+        self._cancelled.set()
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        deadline: Deadline,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> CommandResult:
+        started = time.monotonic()
+        if deadline.expired:
+            return CommandResult(self.host, None, b"", b"", timed_out=True)
+        channel = self._open_channel(deadline)
+        try:
+            channel.exec_command(remote_command(argv, deadline.remaining()))
+            return self._drive(channel, stdin, deadline, output_cap, started)
+        finally:
+            channel.close()
+
+    def _open_channel(self, deadline: Deadline) -> paramiko.Channel:
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise TransportError(self.host, "unreachable", "the SSH connection was lost")
+        try:
+            return transport.open_session(timeout=max(0.1, min(deadline.remaining(), 15.0)))
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            raise TransportError(self.host, "protocol", f"cannot open a channel: {error}") from None
+
+    def _drive(
+        self,
+        channel: paramiko.Channel,
+        stdin: bytes | None,
+        deadline: Deadline,
+        cap: int,
+        started: float,
+    ) -> CommandResult:
+        """Feed stdin and drain stdout and stderr together until exit or deadline."""
+        pending = memoryview(stdin or b"")
+        if not pending:
+            channel.shutdown_write()
+        out, err = bytearray(), bytearray()
+        truncated = False
+        exited_at: float | None = None
+        timed_out = cancelled = False
+        channel.setblocking(False)
+        while True:
+            if self._cancelled.is_set():
+                cancelled = True
+                break
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                timed_out = True
+                break
+            wait = 0.005 if pending else min(remaining, 0.25)
+            select.select([channel], [], [], wait)
+            if pending and channel.send_ready():
+                try:
+                    sent = channel.send(pending[:_CHUNK])
+                except TimeoutError:
+                    sent = 0
+                pending = pending[sent:]
+                if not pending:
+                    channel.shutdown_write()
+            while channel.recv_ready():
+                truncated |= _append(out, channel.recv(_CHUNK), cap)
+            while channel.recv_stderr_ready():
+                truncated |= _append(err, channel.recv_stderr(_CHUNK), cap)
+            if channel.exit_status_ready():
+                exited_at = exited_at or time.monotonic()
+                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+                # A background child may hold stdout open after exit: do not wait for it long.
+                if drained and (channel.eof_received or time.monotonic() - exited_at > 0.5):
+                    break
+        pgid, stderr = split_pgid(bytes(err))
+        if timed_out or cancelled:
+            self._kill_group(pgid)
+            if cancelled:
+                raise TransportError(self.host, "interrupted", "interrupted; remote command killed")
+            return CommandResult(
+                self.host, None, bytes(out), stderr, True, truncated, time.monotonic() - started
+            )
+        return CommandResult(
+            self.host,
+            channel.recv_exit_status(),
+            bytes(out),
+            stderr,
+            False,
+            truncated,
+            time.monotonic() - started,
+        )
+
+    def _kill_group(self, pgid: int | None) -> None:
+        """Kill the remote process group over a fresh channel; `timeout -k` is the backstop."""
+        if pgid is None or pgid <= 1:
+            return
+        script = (
+            f"kill -TERM -- -{pgid} 2>/dev/null; sleep 0.5; kill -KILL -- -{pgid} 2>/dev/null; true"
+        )
+        deadline = Deadline.after(_KILL_SECONDS)
+        try:
+            channel = self._open_channel(deadline)
+        except TransportError:
+            return
+        try:
+            channel.exec_command(script)
+            while not channel.exit_status_ready() and not deadline.expired:
+                time.sleep(0.02)
+        finally:
+            channel.close()
+
+    def close(self) -> None:
+        self._client.close()
+        for hop in reversed(self._hops):
+            hop.close()
+
+
+def _append(buffer: bytearray, data: bytes, cap: int) -> bool:
+    """Keep at most cap bytes; report whether anything was dropped (we still drain it)."""
+    room = cap - len(buffer)
+    if room >= len(data):
+        buffer += data
+        return False
+    if room > 0:
+        buffer += data[:room]
+    return True
