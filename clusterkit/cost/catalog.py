@@ -1,0 +1,185 @@
+"""The dated price snapshot (clusterkit/data/prices.json or --catalog FILE) and its checks.
+
+Public catalogs carry traps: spot at or above on-demand, empty spot prices, placeholder
+prices of 0 or huge sentinels, VM prices that leave out the GPUs. Each becomes a warning
+and the price is dropped rather than used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from clusterkit.errors import ConfigError, UsageError
+
+# No node-hour costs this much: a price above it is a placeholder.
+SENTINEL_PRICE = 5000.0
+DEFAULT_MAX_AGE_DAYS = 365
+
+
+@dataclass(frozen=True)
+class Entry:
+    provider: str
+    instance: str
+    region: str
+    gpus: int | None
+    on_demand: float | None  # USD per node-hour; None when missing or rejected
+    spot_low: float | None
+    spot_high: float | None
+    note: str | None = None
+
+    @property
+    def spot(self) -> float | None:
+        """The middle of the zone range: what a job landing in a random zone pays."""
+        if self.spot_low is None or self.spot_high is None:
+            return None
+        return 0.5 * (self.spot_low + self.spot_high)
+
+    @property
+    def name(self) -> str:
+        return f"{self.instance} ({self.region})"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    path: str  # where it was read from
+    source: str | None
+    snapshot: date | None
+    entries: tuple[Entry, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def lookup(self, instance: str, region: str | None) -> Entry:
+        """The entry for an instance type; the region may be left out when only one is known."""
+        matches = [e for e in self.entries if e.instance.lower() == instance.lower()]
+        if not matches:
+            known = ", ".join(sorted({e.instance for e in self.entries}))
+            raise UsageError(f"--instance {instance}: not in {self.path} (known: {known})")
+        if region is None:
+            if len({e.region for e in matches}) == 1:
+                return matches[0]
+            regions = ", ".join(sorted(e.region for e in matches))
+            raise UsageError(f"--instance {instance}: give --region (known: {regions})")
+        for entry in matches:
+            if entry.region.lower() == region.lower():
+                return entry
+        regions = ", ".join(sorted(e.region for e in matches))
+        raise UsageError(
+            f"--region {region}: no price for {instance} there in {self.path} (known: {regions})"
+        )
+
+
+def default_path() -> str:
+    return str(resources.files("clusterkit.data").joinpath("prices.json"))
+
+
+def load(
+    path: str | None = None,
+    *,
+    today: date | None = None,
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+) -> Catalog:
+    """Read and validate a catalog; problems become warnings, malformed files errors."""
+    where = path or default_path()
+    try:
+        document = json.loads(Path(where).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"--catalog {where}: cannot read: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{where}: not valid JSON: {error}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("instances"), list):
+        raise ConfigError(f"{where}: expected an object with an `instances` list")
+    warnings: list[str] = []
+    snapshot = _snapshot(document, where, today or date.today(), max_age_days, warnings)
+    entries: list[Entry] = []
+    seen: set[tuple[str, str]] = set()
+    for index, raw in enumerate(document["instances"]):
+        entry = _entry(raw, f"{where}: instances[{index}]", warnings)
+        key = (entry.instance.lower(), entry.region.lower())
+        if key in seen:
+            warnings.append(f"{entry.name}: listed twice in {where}; the first is used")
+            continue
+        seen.add(key)
+        entries.append(entry)
+    source = document.get("source")
+    if not source:
+        warnings.append(f"{where}: no `source`: where do these prices come from?")
+    return Catalog(where, source or None, snapshot, tuple(entries), tuple(warnings))
+
+
+def _snapshot(
+    document: dict[str, Any], where: str, today: date, max_age_days: float, warnings: list[str]
+) -> date | None:
+    raw = document.get("date")
+    try:
+        snapshot = date.fromisoformat(str(raw))
+    except ValueError:
+        warnings.append(f"{where}: no valid `date` (YYYY-MM-DD): prices of unknown age")
+        return None
+    age = (today - snapshot).days
+    if age > max_age_days:
+        warnings.append(
+            f"prices in {where} are from {snapshot} ({age} days old, over {max_age_days:g}): "
+            "check current prices or pass --on-demand-price/--spot-price"
+        )
+    return snapshot
+
+
+def _entry(raw: Any, where: str, warnings: list[str]) -> Entry:
+    if not isinstance(raw, dict) or not raw.get("instance"):
+        raise ConfigError(f"{where}: expected an object with at least `instance`")
+    instance, region = str(raw["instance"]), str(raw.get("region") or "any")
+    name = f"{instance} ({region})"
+    on_demand = _price(raw.get("on_demand"), f"{name}: on-demand", warnings)
+    spot = raw.get("spot")
+    low_raw, high_raw = (spot[0], spot[-1]) if isinstance(spot, list) and spot else (spot, spot)
+    low = _price(low_raw, f"{name}: spot", warnings)
+    high = low if high_raw is low_raw else _price(high_raw, f"{name}: spot (high)", warnings)
+    if low is not None and high is not None and high < low:
+        low, high = high, low
+    if low is not None and high is not None and on_demand is not None and high >= on_demand:
+        warnings.append(
+            f"{name}: spot ${high:g} is not below on-demand ${on_demand:g}: "
+            "spot prices dropped (a catalog error or a zone to avoid)"
+        )
+        low = high = None
+    if raw.get("includes_gpus") is False:
+        warnings.append(
+            f"{name}: price leaves out the GPUs (priced separately): prices dropped, "
+            "pass --on-demand-price/--spot-price with the GPUs added"
+        )
+        on_demand = low = high = None
+    gpus = raw.get("gpus")
+    return Entry(
+        provider=str(raw.get("provider") or ""),
+        instance=instance,
+        region=region,
+        gpus=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None,
+        on_demand=on_demand,
+        spot_low=low,
+        spot_high=high,
+        note=raw.get("note"),
+    )
+
+
+def _price(raw: Any, what: str, warnings: list[str]) -> float | None:
+    """A usable price, or None with a warning saying why not."""
+    if raw is None or raw == "":
+        warnings.append(f"{what} price missing")
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        warnings.append(f"{what} price {raw!r} is not a number")
+        return None
+    if not math.isfinite(value) or value <= 0:
+        warnings.append(f"{what} price {raw!r} is a placeholder (zero or negative)")
+        return None
+    if value >= SENTINEL_PRICE:
+        warnings.append(f"{what} price {value:g} looks like a sentinel (>= {SENTINEL_PRICE:g})")
+        return None
+    return value
