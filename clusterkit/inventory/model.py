@@ -59,6 +59,8 @@ class Inventory:
     path: str | None  # None for the embedded local default
     hosts: tuple[Host, ...]
     settings: ClusterSettings = field(default_factory=ClusterSettings)
+    # What Ansible would only warn about (skipped keys, non-group entries), "file:line: text".
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def host(self, name: str) -> Host:
         for host in self.hosts:

@@ -1,0 +1,285 @@
+"""Build the group/host graph of an Ansible YAML inventory, with Ansible's yaml plugin rules.
+
+Sections are walked in the order they are written (so host order is first appearance), a bare
+string stands for a one-key mapping, null sections are skipped, `all` and `ungrouped` always
+exist, and a child-group cycle is an error. Every variable remembers the file and line it
+came from, so a later error can point at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from clusterkit.errors import InventoryError
+from clusterkit.inventory.hostpatterns import HostPatternError, expand_host_key
+from clusterkit.inventory.yamlfile import LineMap
+
+Origin = tuple[str, int | None]  # (file, line) a variable was set at
+
+
+@dataclass
+class VarLayer:
+    """Variables with the file and line each was last set at."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, Origin] = field(default_factory=dict)
+
+    def set(self, key: str, value: Any, origin: Origin) -> None:
+        self.values[key] = value
+        self.origins[key] = origin
+
+    def update_from(self, path: str, mapping: Mapping[str, Any]) -> None:
+        line_of = mapping.line_of if isinstance(mapping, LineMap) else (lambda _key: None)
+        for key, value in mapping.items():
+            self.values[key] = value
+            self.origins[key] = (path, line_of(key))
+
+
+@dataclass
+class GroupNode:
+    name: str
+    vars: VarLayer = field(default_factory=VarLayer)
+    priority: int = 1
+    children: list[str] = field(default_factory=list)
+    parents: list[str] = field(default_factory=list)
+    depth: int = 0
+
+
+@dataclass
+class HostNode:
+    name: str
+    vars: VarLayer = field(default_factory=VarLayer)
+    direct_groups: list[str] = field(default_factory=list)
+
+
+@dataclass
+class InventoryGraph:
+    """Groups and hosts as Ansible's inventory holds them after parsing and reconciling."""
+
+    path: str
+    groups: dict[str, GroupNode] = field(default_factory=dict)
+    hosts: dict[str, HostNode] = field(default_factory=dict)  # insertion = first appearance
+    warnings: list[str] = field(default_factory=list)
+
+    def ancestors(self, group: str) -> set[str]:
+        seen: set[str] = set()
+        pending = list(self.groups[group].parents)
+        while pending:
+            name = pending.pop()
+            if name not in seen:
+                seen.add(name)
+                pending.extend(self.groups[name].parents)
+        return seen
+
+    def host_groups(self, host: str) -> set[str]:
+        """Every group the host is in, directly or through a child group ("all" included)."""
+        groups: set[str] = set()
+        for name in self.hosts[host].direct_groups:
+            groups.add(name)
+            groups |= self.ancestors(name)
+        return groups
+
+    def sort_key(self, group: str) -> tuple[int, int, str]:
+        """Ansible's group-vars merge order: depth from all, ansible_group_priority, name."""
+        node = self.groups[group]
+        return (node.depth, node.priority, node.name)
+
+
+_SECTIONS = ("vars", "children", "hosts")
+
+
+def _line_lookup(mapping: Mapping[Any, Any], default: int | None) -> Callable[[Any], int | None]:
+    """key -> line it is written on (`default` for mappings that carry no lines)."""
+    if isinstance(mapping, LineMap):
+        return mapping.line_of
+    return lambda _key: default
+
+
+class _Builder:
+    def __init__(self, path: str) -> None:
+        self.graph = InventoryGraph(path)
+        self.path = path
+        self._add_group("all")
+        self._add_group("ungrouped")
+        self._add_child("all", "ungrouped", None)
+
+    def error(self, message: str, line: int | None, key: str | None = None, **kw: Any) -> None:
+        raise InventoryError(self.path, message, line=line, key=key, **kw)
+
+    def _add_group(self, name: str) -> GroupNode:
+        node = self.graph.groups.get(name)
+        if node is None:
+            node = self.graph.groups[name] = GroupNode(name)
+        return node
+
+    def _add_child(self, parent: str, child: str, line: int | None) -> None:
+        if parent == child:
+            self.error(f"group {child!r} lists itself as a child", line, key=child)
+        groups = self.graph.groups
+        if child in groups[parent].children:
+            return
+        if child in self.graph.ancestors(parent):
+            self.error(
+                f"child-group cycle: {child!r} is already an ancestor of {parent!r}",
+                line,
+                key=child,
+                hint="a group may not contain itself through its children",
+            )
+        groups[parent].children.append(child)
+        if parent not in groups[child].parents:
+            groups[child].parents.append(parent)
+
+    def parse_group(self, name: Any, data: Any, line: int | None, top_level: bool) -> str:
+        if not isinstance(name, str):
+            self.error(f"group name {name!r} must be a string; quote it", line)
+        if data is not None and not isinstance(data, Mapping):
+            if top_level:
+                self.graph.warnings.append(
+                    f"{self.path}:{line}: skipping {name!r}: not a group definition (a mapping)"
+                )
+                return name
+            if name not in self.graph.groups:
+                self.error(
+                    f"child group {name!r} must be a mapping or empty, got {type(data).__name__}",
+                    line,
+                    key=name,
+                )
+            return name
+        group = self._add_group(name)
+        if data is None:
+            return name
+        for key, value in data.items():
+            key_line = data.line_of(key) if isinstance(data, LineMap) else line
+            if key in _SECTIONS and isinstance(value, str):
+                value = {value: None}
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                if key in _SECTIONS:
+                    self.error(
+                        f"{key} of group {name!r} must be a mapping, got {type(value).__name__}",
+                        key_line,
+                        key=key,
+                    )
+                self.graph.warnings.append(
+                    f"{self.path}:{key_line}: skipping key {key!r} in group {name!r}: not a mapping"
+                )
+                continue
+            value_lines = _line_lookup(value, key_line)
+            if key == "vars":
+                self._set_group_vars(group, value, value_lines)
+            elif key == "children":
+                for child, child_data in value.items():
+                    child_line = value_lines(child)
+                    child = self.parse_group(child, child_data, child_line, top_level=False)
+                    self._add_child(name, child, child_line)
+            elif key == "hosts":
+                for host_key, host_vars in value.items():
+                    self._parse_host(name, host_key, host_vars, value_lines(host_key))
+            else:
+                self.graph.warnings.append(
+                    f"{self.path}:{key_line}: skipping unexpected key {key!r} in group "
+                    f"{name!r}: only vars, children and hosts are valid"
+                )
+        return name
+
+    def _set_group_vars(self, group: GroupNode, values: Mapping[str, Any], lines: Any) -> None:
+        for var, value in values.items():
+            line = lines(var)
+            if not isinstance(var, str):
+                self.error(f"variable name {var!r} must be a string", line)
+            if var == "ansible_group_priority":
+                if isinstance(value, bool) or not isinstance(value, (int, str)):
+                    self.error("must be an integer", line, key=var)
+                try:
+                    group.priority = int(value)
+                except ValueError:
+                    self.error(f"must be an integer, got {value!r}", line, key=var)
+                continue
+            group.vars.set(var, value, (self.path, line))
+
+    def _parse_host(self, group: str, key: Any, host_vars: Any, line: int | None) -> None:
+        if not isinstance(key, str):
+            self.error(f"host name {key!r} must be a string; quote it", line)
+        try:
+            names, port = expand_host_key(key)
+        except HostPatternError as exc:
+            self.error(str(exc), line, key=key)
+        if host_vars is not None and not isinstance(host_vars, Mapping):
+            self.error(
+                f"host variables must be a mapping, got {type(host_vars).__name__}",
+                line,
+                key=key,
+            )
+        for name in names:
+            if not name:
+                self.error("empty host name", line, key=key)
+            host = self.graph.hosts.get(name)
+            if host is None:
+                host = self.graph.hosts[name] = HostNode(name)
+                if port:
+                    host.vars.set("ansible_port", port, (self.path, line))
+            if group not in host.direct_groups:
+                host.direct_groups.append(group)
+            for var, value in (host_vars or {}).items():
+                if not isinstance(var, str):
+                    self.error(f"variable name {var!r} must be a string", line, key=key)
+                var_line = host_vars.line_of(var) if isinstance(host_vars, LineMap) else line
+                host.vars.set(var, value, (self.path, var_line))
+
+    def reconcile(self) -> InventoryGraph:
+        """Parentless groups join `all`; hosts in no other group join `ungrouped`."""
+        graph = self.graph
+        for name, node in graph.groups.items():
+            if name != "all" and not node.parents:
+                self._add_child("all", name, None)
+        for host in graph.hosts.values():
+            others = set(host.direct_groups) - {"all", "ungrouped"}
+            if "ungrouped" in host.direct_groups and others:
+                host.direct_groups.remove("ungrouped")
+            elif not others and "ungrouped" not in host.direct_groups:
+                host.direct_groups.append("ungrouped")
+        self._set_depths()
+        return graph
+
+    def _set_depths(self) -> None:
+        """Depth = longest path from `all` (the graph is acyclic by construction)."""
+        groups = self.graph.groups
+        pending = ["all"]
+        while pending:
+            node = groups[pending.pop()]
+            for child in node.children:
+                if groups[child].depth < node.depth + 1:
+                    groups[child].depth = node.depth + 1
+                    pending.append(child)
+
+
+def build_graph(path: str, data: Any) -> InventoryGraph:
+    """The inventory graph of one parsed YAML document, or an InventoryError."""
+    hint = "convert other formats with: ansible-inventory -i FILE --list --yaml > inventory.yaml"
+    if not data:
+        raise InventoryError(path, "not a YAML inventory: the file is empty", hint=hint)
+    if not isinstance(data, Mapping):
+        raise InventoryError(
+            path,
+            f"not a YAML inventory: the top level is a {type(data).__name__}, "
+            "not a mapping of groups",
+            line=1,
+            hint=hint,
+        )
+    if data.get("plugin"):
+        line = data.line_of("plugin") if isinstance(data, LineMap) else None
+        raise InventoryError(
+            path,
+            "not a YAML inventory: this is an inventory plugin configuration",
+            line=line,
+            key="plugin",
+            hint=hint,
+        )
+    builder = _Builder(path)
+    for name, group_data in data.items():
+        line = data.line_of(name) if isinstance(data, LineMap) else None
+        builder.parse_group(name, group_data, line, top_level=True)
+    return builder.reconcile()
