@@ -1,0 +1,33 @@
+"""Checks are pure functions: (facts of all hosts, expectations) -> findings. No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clusterkit.checks.health import environment_findings, gpu_findings
+from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import Facts, parity_findings
+from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
+from clusterkit.inventory.model import Expectations
+from clusterkit.remedy import provision_command
+
+__all__ = ["Finding", "Status", "static_findings"]
+
+
+def static_findings(
+    facts: Facts, expect: Expectations, inventory_path: str | None = None
+) -> list[Finding]:
+    """Every check that needs only the probe's facts, over the hosts that answered."""
+
+    def remedy(tag: str, hosts: list[str]) -> str | None:
+        return provision_command(inventory_path, tag, hosts)
+
+    checks: list[Callable[[], list[Finding]]] = [
+        lambda: parity_findings(facts, remedy),
+        lambda: expectation_findings(facts, expect, remedy),
+        lambda: torch_findings(facts),
+        lambda: driver_cuda_findings(facts, remedy),
+        lambda: gpu_findings(facts, remedy),
+        lambda: environment_findings(facts, remedy),
+    ]
+    return [finding for check in checks for finding in check()]

@@ -1,0 +1,175 @@
+"""Node health and the environment NCCL needs: GPUs, shared memory, limits, clock, variables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import Facts, section
+
+Remedy = Callable[[str, list[str]], "str | None"]
+GIB = 1024**3
+# Variables meant for debugging that slow NCCL down or hang it when left set in production.
+NCCL_DEBUG_ONLY = (
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_CHECKS_DISABLE",
+)
+
+
+def _per_host(
+    check_id: str,
+    status: Status,
+    bad: dict[str, str],
+    what: str,
+    *,
+    ok: str,
+    checked: list[str],
+    remedy: str | None = None,
+) -> Finding:
+    if not checked:
+        return Finding(check_id, Status.SKIP, f"{what}: nothing to check on any host")
+    if not bad:
+        return Finding(check_id, Status.OK, ok, hosts=checked)
+    detail = "; ".join(f"{h}: {why}" for h, why in bad.items())
+    return Finding(check_id, status, f"{what}: {detail}", hosts=list(bad), found=bad, remedy=remedy)
+
+
+def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
+    failing = {
+        h: f["gpus"]["error"]
+        for h, f in facts.items()
+        if isinstance(f.get("gpus"), dict) and "error" in f["gpus"]
+    }
+    with_gpus = [h for h, f in facts.items() if section(f, "gpus").get("count")]
+    findings = [
+        _per_host(
+            "gpu.nvidia-smi",
+            Status.FAIL,
+            failing,
+            "nvidia-smi failed",
+            ok="nvidia-smi answers on every GPU host",
+            checked=with_gpus + list(failing),
+            remedy="check the driver on these nodes (dmesg | grep -i xid; nvidia-smi); "
+            "reboot or drain them",
+        )
+    ]
+    ecc: dict[str, str] = {}
+    persistence: dict[str, str] = {}
+    for host in with_gpus:
+        devices = section(facts[host], "gpus").get("devices", [])
+        errors = [
+            f"GPU {d.get('index')}: {d.get('ecc.errors.uncorrected.volatile.total')}"
+            for d in devices
+            if _positive(d.get("ecc.errors.uncorrected.volatile.total"))
+        ]
+        if errors:
+            ecc[host] = "uncorrected ECC errors on " + ", ".join(errors)
+        off = [str(d.get("index")) for d in devices if d.get("persistence_mode") == "Disabled"]
+        if off:
+            persistence[host] = "persistence mode off on GPU " + ", ".join(off)
+    findings.append(
+        _per_host(
+            "gpu.ecc",
+            Status.FAIL,
+            ecc,
+            "GPU memory errors",
+            ok="no uncorrected ECC errors",
+            checked=with_gpus,
+            remedy="drain these nodes: uncorrected ECC errors corrupt results; "
+            "reset the GPU (nvidia-smi -r) or replace it",
+        )
+    )
+    findings.append(
+        _per_host(
+            "gpu.persistence",
+            Status.WARN,
+            persistence,
+            "GPU persistence mode off (first CUDA call pays driver init, jobs start slowly)",
+            ok="persistence mode on for every GPU",
+            checked=with_gpus,
+            remedy=remedy("nvidia", list(persistence)),
+        )
+    )
+    return findings
+
+
+def _positive(value: object) -> bool:
+    try:
+        return int(str(value)) > 0
+    except ValueError:
+        return False
+
+
+def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
+    small_shm: dict[str, str] = {}
+    memlock: dict[str, str] = {}
+    limits_checked: list[str] = []
+    for host, f in facts.items():
+        limits = section(f, "limits")
+        if not limits:
+            continue
+        limits_checked.append(host)
+        shm = limits.get("shm_bytes")
+        if shm is not None and shm < GIB:
+            small_shm[host] = f"/dev/shm is {shm / 2**20:.0f} MiB"
+        soft = (limits.get("memlock") or {}).get("soft", 0)
+        if soft is not None:
+            memlock[host] = f"memlock limit {soft // 1024} KiB"
+    clock_bad: dict[str, str] = {}
+    clock_checked: list[str] = []
+    for host, f in facts.items():
+        clock = section(f, "clock")
+        if clock.get("synchronized") is None:
+            continue
+        clock_checked.append(host)
+        if not clock["synchronized"]:
+            offset = clock.get("offset_seconds")
+            clock_bad[host] = "not synchronised" + (f" (offset {offset:+.3f} s)" if offset else "")
+    debug_vars = {
+        host: ", ".join(f"{k}={v}" for k, v in section(f, "env").items() if k in NCCL_DEBUG_ONLY)
+        for host, f in facts.items()
+    }
+    debug_vars = {h: v for h, v in debug_vars.items() if v}
+    return [
+        _per_host(
+            "env.shm",
+            Status.WARN,
+            small_shm,
+            "/dev/shm under 1 GiB (NCCL's shared-memory transport fails to extend it)",
+            ok="/dev/shm is at least 1 GiB",
+            checked=limits_checked,
+            remedy=remedy("shm", list(small_shm)),
+        ),
+        _per_host(
+            "env.memlock",
+            Status.WARN,
+            memlock,
+            "memlock not unlimited (RDMA memory registration fails or falls back)",
+            ok="memlock is unlimited",
+            checked=limits_checked,
+            remedy=remedy("limits", list(memlock)),
+        ),
+        _per_host(
+            "env.clock",
+            Status.WARN,
+            clock_bad,
+            "clock not synchronised (breaks log correlation and some auth)",
+            ok="clocks are synchronised",
+            checked=clock_checked,
+            remedy=remedy("time", list(clock_bad)),
+        ),
+        _per_host(
+            "env.nccl-debug-vars",
+            Status.WARN,
+            debug_vars,
+            "debug-only NCCL variables set (slow or hanging collectives)",
+            ok="no debug-only NCCL variables set",
+            checked=list(facts),
+            remedy="unset them in the job environment and the nodes' profiles",
+        ),
+    ]

@@ -1,0 +1,112 @@
+"""Parity across nodes: every rank of a job must see the same stack. Pure functions."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status
+
+Facts = Mapping[str, Mapping[str, Any]]
+Extractor = Callable[[Mapping[str, Any]], Any]
+
+
+def section(facts: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A collector's facts, or {} when it failed (its error is reported by its own check)."""
+    value = facts.get(name)
+    return value if isinstance(value, dict) and "error" not in value else {}
+
+
+def _gpu_models(f: Mapping[str, Any]) -> str | None:
+    names = sorted({d.get("name") or "?" for d in section(f, "gpus").get("devices", [])})
+    return ", ".join(names) or None
+
+
+def nccl_version(f: Mapping[str, Any]) -> str | None:
+    """The NCCL torch actually loads when it was imported, else the installed NCCL wheel."""
+    torch = section(f, "torch")
+    return torch.get("nccl") or torch.get("nccl_wheel")
+
+
+def torch_cuda(f: Mapping[str, Any]) -> str | None:
+    torch = section(f, "torch")
+    if not torch.get("present"):
+        return None
+    return torch.get("cuda") or ("rocm " + torch["hip"] if torch.get("hip") else "cpu")
+
+
+def _gpu_count(f: Mapping[str, Any]) -> int | None:
+    gpus = section(f, "gpus")
+    return gpus.get("count") if gpus else None
+
+
+# (check id, what, extractor, playbook tag that fixes a mismatch or None)
+PARITY: tuple[tuple[str, str, Extractor, str | None], ...] = (
+    ("parity.driver", "NVIDIA driver", lambda f: section(f, "gpus").get("driver"), "nvidia"),
+    (
+        "parity.cuda-driver",
+        "CUDA version the driver supports",
+        lambda f: section(f, "gpus").get("cuda_driver"),
+        "nvidia",
+    ),
+    ("parity.gpu-model", "GPU model", _gpu_models, None),
+    ("parity.gpu-count", "GPU count", _gpu_count, None),
+    ("parity.torch", "torch", lambda f: section(f, "torch").get("version"), None),
+    ("parity.torch-cuda", "torch CUDA build", torch_cuda, None),
+    ("parity.nccl", "NCCL", nccl_version, None),
+    ("parity.python", "Python", lambda f: section(f, "python").get("version"), None),
+    ("parity.kernel", "kernel", lambda f: section(f, "system").get("kernel"), None),
+)
+
+
+def majority(values: Mapping[str, Any]) -> Any:
+    """The most common value; ties go to the value seen first in inventory order."""
+    counts = Counter(values.values())
+    best = max(counts.values())
+    return next(v for v in values.values() if counts[v] == best)
+
+
+def parity_finding(
+    check_id: str,
+    what: str,
+    values: Mapping[str, Any],
+    remedy: str | None = None,
+) -> Finding:
+    """Compare one value across hosts; name the odd hosts against the majority."""
+    if not values:
+        return Finding(check_id, Status.SKIP, f"{what}: no host reports it")
+    expected = majority(values)
+    odd = {host: value for host, value in values.items() if value != expected}
+    hosts = list(values)
+    if not odd:
+        return Finding(
+            check_id,
+            Status.OK,
+            f"{what}: {expected} on all {len(hosts)} hosts",
+            hosts=hosts,
+            expected=expected,
+            found=expected,
+        )
+    described = ", ".join(f"{host} has {value}" for host, value in odd.items())
+    return Finding(
+        check_id,
+        Status.FAIL,
+        f"{what} differs: {len(values) - len(odd)} hosts have {expected}; {described}",
+        hosts=list(odd),
+        expected=expected,
+        found=odd,
+        remedy=remedy,
+    )
+
+
+def parity_findings(facts: Facts, remedy: Callable[[str, list[str]], str | None]) -> list[Finding]:
+    findings = []
+    for check_id, what, extract, tag in PARITY:
+        values = {host: extract(f) for host, f in facts.items()}
+        values = {host: value for host, value in values.items() if value is not None}
+        finding = parity_finding(check_id, what, values)
+        if finding.status is Status.FAIL and tag:
+            finding.remedy = remedy(tag, finding.hosts)
+        findings.append(finding)
+    return findings

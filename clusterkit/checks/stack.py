@@ -1,0 +1,209 @@
+"""The software stack on each node: pins from `expect:`, torch present, driver vs CUDA."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import Facts, nccl_version, section
+from clusterkit.inventory.model import Expectations
+from clusterkit.versions import Constraint, compare, driver_requirement, parse_version
+
+Remedy = Callable[[str, list[str]], "str | None"]
+
+PINS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], Any], str | None], ...] = (
+    ("driver", "NVIDIA driver", lambda f: section(f, "gpus").get("driver"), "nvidia"),
+    ("torch", "torch", lambda f: section(f, "torch").get("version"), None),
+    ("nccl", "NCCL", nccl_version, None),
+    ("python", "Python", lambda f: section(f, "python").get("version"), None),
+)
+
+
+def expectation_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> list[Finding]:
+    """One finding per pin that is set; a host that cannot report the value fails the pin."""
+    findings = []
+    if expect.gpus_per_node is not None:
+        counts = {h: section(f, "gpus").get("count") for h, f in facts.items()}
+        findings.append(
+            _pin(
+                "expect.gpus_per_node",
+                "GPUs per node",
+                str(expect.gpus_per_node),
+                counts,
+                lambda v: v == expect.gpus_per_node,
+                None,
+                remedy,
+            )
+        )
+    for key, what, extract, tag in PINS:
+        wanted = getattr(expect, key)
+        if wanted is None:
+            continue
+        constraint = Constraint(str(wanted))
+        values = {h: extract(f) for h, f in facts.items()}
+        findings.append(
+            _pin(f"expect.{key}", what, str(wanted), values, constraint.matches, tag, remedy)
+        )
+    if expect.cuda is not None:
+        findings.append(_cuda_pin(facts, str(expect.cuda)))
+    return findings
+
+
+def _pin(check_id, what, wanted, values, ok, tag, remedy) -> Finding:
+    bad = {h: v for h, v in values.items() if not ok(v)}
+    if not bad:
+        return Finding(
+            check_id,
+            Status.OK,
+            f"{what} matches {wanted} on every host",
+            hosts=list(values),
+            expected=wanted,
+            found=wanted,
+        )
+    described = ", ".join(f"{h} has {v if v is not None else 'none'}" for h, v in bad.items())
+    return Finding(
+        check_id,
+        Status.FAIL,
+        f"{what} does not match {wanted}: {described}",
+        hosts=list(bad),
+        expected=wanted,
+        found=bad,
+        remedy=remedy(tag, list(bad)) if tag else None,
+    )
+
+
+def _cuda_pin(facts: Facts, wanted: str) -> Finding:
+    """The pinned CUDA must be torch's build and must be supported by each driver."""
+    constraint = Constraint(wanted)
+    bad: dict[str, str] = {}
+    for host, f in facts.items():
+        torch_cuda = section(f, "torch").get("cuda")
+        supported = section(f, "gpus").get("cuda_driver")
+        if torch_cuda is not None and not constraint.matches(torch_cuda):
+            bad[host] = f"torch built for CUDA {torch_cuda}"
+        elif torch_cuda is None and section(f, "torch").get("present"):
+            bad[host] = "torch is a CPU build"
+        elif supported and compare(supported, wanted.lstrip("=<>~!")) < 0:
+            bad[host] = f"driver supports CUDA up to {supported}"
+    if not bad:
+        return Finding(
+            "expect.cuda",
+            Status.OK,
+            f"CUDA {wanted} on every host",
+            hosts=list(facts),
+            expected=wanted,
+            found=wanted,
+        )
+    described = "; ".join(f"{h}: {why}" for h, why in bad.items())
+    return Finding(
+        "expect.cuda",
+        Status.FAIL,
+        f"CUDA {wanted} expected: {described}",
+        hosts=list(bad),
+        expected=wanted,
+        found=bad,
+    )
+
+
+def torch_findings(facts: Facts) -> list[Finding]:
+    missing = {}
+    broken = {}
+    for host, f in facts.items():
+        torch = f.get("torch") or {}
+        if "error" in torch:
+            broken[host] = torch["error"]
+        elif not torch.get("present"):
+            missing[host] = torch.get("interpreter", "python")
+        elif torch.get("import_error"):
+            broken[host] = torch["import_error"]
+    findings = []
+    if missing:
+        where = ", ".join(f"{h} ({interp})" for h, interp in missing.items())
+        findings.append(
+            Finding(
+                "torch.present",
+                Status.FAIL,
+                f"torch is not installed for the job's Python on {where}",
+                hosts=list(missing),
+                expected="torch importable",
+                found="missing",
+                remedy="install the same torch on every node, or run the job in the cluster image; "
+                "set ansible_python_interpreter to the Python the job uses",
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                "torch.present", Status.OK, "torch is installed on every host", hosts=list(facts)
+            )
+        )
+    if broken:
+        findings.append(
+            Finding(
+                "torch.import",
+                Status.FAIL,
+                "torch fails to load: " + "; ".join(f"{h}: {e}" for h, e in broken.items()),
+                hosts=list(broken),
+                found=broken,
+            )
+        )
+    return findings
+
+
+def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
+    """Each node's driver against the CUDA its torch was built for (NVIDIA's table)."""
+    too_old: dict[str, str] = {}
+    limited: dict[str, str] = {}
+    checked: list[str] = []
+    for host, f in facts.items():
+        driver = section(f, "gpus").get("driver")
+        cuda = section(f, "torch").get("cuda")
+        if not driver or not cuda or not parse_version(cuda):
+            continue
+        checked.append(host)
+        need = driver_requirement(cuda)
+        if need.floor and compare(driver, need.floor) < 0:
+            too_old[host] = f"driver {driver} < {need.floor} (CUDA {cuda} cannot run)"
+        elif need.full and compare(driver, need.full) < 0:
+            limited[host] = f"driver {driver} < {need.full} (minor-version compatibility only)"
+    if not checked:
+        return [
+            Finding(
+                "compat.driver-cuda",
+                Status.SKIP,
+                "no host has both an NVIDIA driver and a CUDA build of torch",
+            )
+        ]
+    if too_old:
+        return [
+            Finding(
+                "compat.driver-cuda",
+                Status.FAIL,
+                "driver too old for torch's CUDA: "
+                + "; ".join(f"{h}: {w}" for h, w in too_old.items()),
+                hosts=list(too_old),
+                found=too_old,
+                remedy=remedy("nvidia", list(too_old)),
+            )
+        ]
+    if limited:
+        return [
+            Finding(
+                "compat.driver-cuda",
+                Status.WARN,
+                "driver below full compatibility: "
+                + "; ".join(f"{h}: {w}" for h, w in limited.items()),
+                hosts=list(limited),
+                found=limited,
+                remedy=remedy("nvidia", list(limited)),
+            )
+        ]
+    return [
+        Finding(
+            "compat.driver-cuda",
+            Status.OK,
+            "every driver supports the CUDA build of torch",
+            hosts=checked,
+        )
+    ]

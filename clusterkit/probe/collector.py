@@ -1,0 +1,463 @@
+"""clusterkit node probe: runs ON each node, sent over stdin as `<python> - [JSON options]`.
+
+Stdlib only, Python 3.8+. Every collector runs in its own thread with its own timeout, so a
+wedged tool (nvidia-smi on a hung driver, a stuck docker daemon) costs its timeout and an
+error entry, never the whole probe. The result is printed between markers so a login banner
+or a noisy shell profile cannot corrupt it.
+"""
+
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+BEGIN = "\n--clusterkit-begin--\n"
+END = "\n--clusterkit-end--\n"
+PROBE_VERSION = 1
+TOOL_TIMEOUT = 10.0
+ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "CUDA_", "NVIDIA_", "MASTER_", "OMP_NUM_THREADS")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "WORLD_SIZE", "PYTHONPATH")
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "driver_version",
+    "memory.total",
+    "pci.bus_id",
+    "persistence_mode",
+    "ecc.mode.current",
+    "ecc.errors.uncorrected.volatile.total",
+    "compute_cap",
+)
+
+
+class ToolError(Exception):
+    """A tool failed, was missing, or did not answer in time (message says which)."""
+
+
+def run_tool(argv, timeout=TOOL_TIMEOUT):
+    """Run a tool in its own process group; kill the group if it outlives its timeout."""
+    if shutil.which(argv[0]) is None:
+        raise ToolError("absent: %s not found on PATH" % argv[0])
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as error:
+        raise ToolError("%s: %s" % (argv[0], error)) from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise ToolError("timeout: %s did not answer within %.0f s" % (argv[0], timeout)) from None
+    if proc.returncode != 0:
+        text = (out + err).decode("utf-8", "replace").strip().splitlines()
+        raise ToolError("%s exited %d: %s" % (argv[0], proc.returncode, " ".join(text[-2:])[:300]))
+    return out.decode("utf-8", "replace")
+
+
+def read(path, default=None):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return default
+
+
+# -- collectors ------------------------------------------------------------------------------
+
+
+def collect_system(options):
+    os_release = {}
+    for line in (read("/etc/os-release") or "").splitlines():
+        key, _, value = line.partition("=")
+        os_release[key] = value.strip('"')
+    meminfo = read("/proc/meminfo") or ""
+    match = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
+    cpu_model = re.search(r"model name\s*:\s*(.+)", read("/proc/cpuinfo") or "")
+    return {
+        "os": os_release.get("PRETTY_NAME") or platform.platform(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model.group(1).strip() if cpu_model else None,
+        "memory_bytes": int(match.group(1)) * 1024 if match else None,
+        "boot_id": read("/proc/sys/kernel/random/boot_id"),
+    }
+
+
+def collect_hostname(options):
+    name = socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
+        addresses = sorted({info[4][0] for info in infos})
+        error = None
+    except OSError as exc:
+        addresses, error = [], str(exc)
+    return {"hostname": name, "fqdn": socket.getfqdn(), "addresses": addresses, "error": error}
+
+
+def _csv_value(text):
+    text = text.strip()
+    if text in ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]"):
+        return None
+    return text
+
+
+def parse_gpu_csv(text):
+    """Parse `--query-gpu=GPU_FIELDS --format=csv,noheader,nounits` output."""
+    gpus = []
+    for line in text.strip().splitlines():
+        if not line.strip():
+            continue
+        values = [_csv_value(v) for v in line.split(",")]
+        if len(values) != len(GPU_FIELDS):
+            raise ToolError("unexpected nvidia-smi CSV line: %r" % line[:200])
+        gpus.append(dict(zip(GPU_FIELDS, values)))
+    return gpus
+
+
+BANNER_PATTERNS = (
+    # classic: | NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |
+    re.compile(r"Driver Version:\s*(?P<driver>[\d.]+)\s+CUDA Version:\s*(?P<cuda>[\d.]+|N/A)"),
+    # R610+: | NVIDIA-SMI 610.xx   KMD Version: 610.xx   CUDA UMD Version: 13.2 |
+    re.compile(r"KMD Version:\s*(?P<driver>[\d.]+)\s+CUDA UMD Version:\s*(?P<cuda>[\d.]+|N/A)"),
+)
+
+
+def parse_banner(text):
+    """The driver version and the highest CUDA version it supports, from plain `nvidia-smi`."""
+    for pattern in BANNER_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            cuda = match.group("cuda")
+            return {"driver": match.group("driver"), "cuda": None if cuda == "N/A" else cuda}
+    raise ToolError("no driver/CUDA version in the nvidia-smi banner")
+
+
+def collect_gpus(options):
+    if shutil.which("nvidia-smi") is None:
+        return {"present": False, "count": 0, "devices": [], "reason": "nvidia-smi not found"}
+    query = "--query-gpu=" + ",".join(GPU_FIELDS)
+    results = {}
+
+    def query_devices():
+        results["csv"] = run_tool(["nvidia-smi", query, "--format=csv,noheader,nounits"])
+
+    def query_banner():
+        results["banner"] = run_tool(["nvidia-smi"])
+
+    errors = run_parallel({"csv": query_devices, "banner": query_banner}, TOOL_TIMEOUT + 2)
+    if errors:
+        return {"present": True, "error": "; ".join(sorted(set(errors.values())))}
+    devices = parse_gpu_csv(results["csv"])
+    versions = parse_banner(results["banner"])
+    return {
+        "present": True,
+        "count": len(devices),
+        "devices": devices,
+        "driver": versions["driver"],
+        "cuda_driver": versions["cuda"],
+        "nvlink": None,
+    }
+
+
+TORCH_SNIPPET = r"""
+import json, torch
+info = {"version": torch.__version__, "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(), "device_count": 0, "nccl": None,
+        "arch_list": []}
+if info["cuda_available"]:
+    info["device_count"] = torch.cuda.device_count()
+    info["arch_list"] = torch.cuda.get_arch_list()
+    info["capabilities"] = sorted({"%d.%d" % torch.cuda.get_device_capability(i)
+                                   for i in range(info["device_count"])})
+try:
+    info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception as error:
+    info["nccl_error"] = str(error)[:200]
+print(json.dumps(info))
+"""
+
+
+def _torch_files():
+    """torch's version facts read from its files, without paying for `import torch`."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    text = read(os.path.join(os.path.dirname(spec.origin), "version.py")) or ""
+    facts = {"path": os.path.dirname(spec.origin)}
+    for key, name in (("version", "__version__"), ("cuda", "cuda"), ("hip", "hip")):
+        match = re.search(r"^%s\s*(?::\s*[^=]+)?=\s*(.+)$" % re.escape(name), text, re.M)
+        value = match.group(1).strip() if match else None
+        facts[key] = None if value in (None, "None") else value.strip("'\"")
+    return facts
+
+
+def _nccl_wheel():
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "nvidia-nccl"):
+        try:
+            return metadata.version(dist)
+        except Exception:
+            continue
+    return None
+
+
+def collect_torch(options):
+    facts = _torch_files()
+    if facts is None:
+        return {"present": False, "interpreter": sys.executable, "reason": "torch not importable"}
+    facts.update({"present": True, "interpreter": sys.executable, "nccl_wheel": _nccl_wheel()})
+    # Importing torch costs seconds; do it only where it can tell us more than its files:
+    # with a GPU (the NCCL actually loaded, devices, arch list) or when asked.
+    if options.get("import_torch") or options.get("gpus_present"):
+        try:
+            facts.update(json.loads(run_tool([sys.executable, "-c", TORCH_SNIPPET], 60)))
+            facts["imported"] = True
+        except (ToolError, ValueError) as error:
+            facts["import_error"] = str(error)
+    return facts
+
+
+def collect_python(options):
+    return {
+        "version": "%d.%d.%d" % sys.version_info[:3],
+        "executable": sys.executable,
+        "implementation": platform.python_implementation(),
+    }
+
+
+def collect_env(options):
+    return {
+        key: value
+        for key, value in sorted(os.environ.items())
+        if key.startswith(ENV_PREFIXES) or key in ENV_NAMES
+    }
+
+
+def collect_docker(options):
+    facts = {
+        "docker": shutil.which("docker"),
+        "nvidia_container_runtime": shutil.which("nvidia-container-runtime"),
+        "nvidia_ctk": shutil.which("nvidia-ctk"),
+    }
+    daemon = read("/etc/docker/daemon.json")
+    if daemon:
+        try:
+            facts["runtimes"] = sorted(json.loads(daemon).get("runtimes", {}))
+        except ValueError:
+            facts["daemon_json_error"] = "invalid JSON in /etc/docker/daemon.json"
+    return facts
+
+
+def collect_network(options):
+    interfaces = {}
+    base = "/sys/class/net"
+    names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+    for name in names:
+        mtu = read(os.path.join(base, name, "mtu"))
+        interfaces[name] = {
+            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+            "state": read(os.path.join(base, name, "operstate")),
+            "addresses": [],
+        }
+    try:
+        for entry in json.loads(run_tool(["ip", "-j", "addr", "show"], 5)):
+            iface = interfaces.setdefault(entry.get("ifname"), {"addresses": []})
+            iface["flags"] = entry.get("flags", [])
+            iface["addresses"] = [
+                "%s/%s" % (a.get("local"), a.get("prefixlen"))
+                for a in entry.get("addr_info", [])
+                if a.get("local")
+            ]
+    except (ToolError, ValueError) as error:
+        return {"interfaces": interfaces, "error": str(error)}
+    return {"interfaces": interfaces}
+
+
+def collect_limits(options):
+    def limit(which):
+        soft, hard = resource.getrlimit(which)
+        unlimited = resource.RLIM_INFINITY
+        return {
+            "soft": None if soft == unlimited else soft,
+            "hard": None if hard == unlimited else hard,
+        }
+
+    shm = None
+    try:
+        stat = os.statvfs("/dev/shm")
+        shm = stat.f_frsize * stat.f_blocks
+    except OSError:
+        pass
+    return {
+        "memlock": limit(resource.RLIMIT_MEMLOCK),
+        "nofile": limit(resource.RLIMIT_NOFILE),
+        "shm_bytes": shm,
+    }
+
+
+class _Timex(ctypes.Structure):
+    _fields_ = [
+        ("modes", ctypes.c_uint),
+        ("offset", ctypes.c_long),
+        ("freq", ctypes.c_long),
+        ("maxerror", ctypes.c_long),
+        ("esterror", ctypes.c_long),
+        ("status", ctypes.c_int),
+        ("constant", ctypes.c_long),
+        ("precision", ctypes.c_long),
+        ("tolerance", ctypes.c_long),
+        ("time_sec", ctypes.c_long),
+        ("time_usec", ctypes.c_long),
+        ("tick", ctypes.c_long),
+        ("padding", ctypes.c_int * 32),
+    ]
+
+
+def collect_clock(options):
+    """The kernel's own view (adjtimex: TIME_ERROR = unsynchronised), then chrony's offset."""
+    facts = {"synchronized": None, "source": None, "offset_seconds": None}
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        timex = _Timex()
+        state = libc.adjtimex(ctypes.byref(timex))
+        if state >= 0:
+            facts.update({"synchronized": state != 5, "source": "adjtimex"})
+            facts["max_error_seconds"] = timex.maxerror / 1e6
+    except (OSError, AttributeError):
+        pass
+    try:
+        text = run_tool(["chronyc", "-n", "tracking"], 3)
+        match = re.search(r"System time\s*:\s*([\d.]+) seconds (fast|slow)", text)
+        if match:
+            sign = 1 if match.group(2) == "fast" else -1
+            facts["offset_seconds"] = sign * float(match.group(1))
+        facts["source"] = "chronyc"
+        facts["synchronized"] = (
+            "Not synchronised" not in text and "Leap status     : Normal" in text
+        )
+    except ToolError:
+        pass
+    return facts
+
+
+def collect_infiniband(options):
+    base = "/sys/class/infiniband"
+    if not os.path.isdir(base):
+        return {"devices": []}
+    devices = []
+    for name in sorted(os.listdir(base)):
+        ports = []
+        ports_dir = os.path.join(base, name, "ports")
+        for port in sorted(os.listdir(ports_dir)) if os.path.isdir(ports_dir) else []:
+            path = os.path.join(ports_dir, port)
+            rate = read(os.path.join(path, "rate")) or ""
+            match = re.match(r"([\d.]+) Gb/sec", rate)
+            ports.append(
+                {
+                    "port": port,
+                    "state": (read(os.path.join(path, "state")) or "").split(":")[-1].strip(),
+                    "rate_gbps": float(match.group(1)) if match else None,
+                    "link_layer": read(os.path.join(path, "link_layer")),
+                }
+            )
+        devices.append({"name": name, "ports": ports})
+    return {"devices": devices}
+
+
+COLLECTORS = (
+    ("system", collect_system),
+    ("hostname", collect_hostname),
+    ("gpus", collect_gpus),
+    ("python", collect_python),
+    ("env", collect_env),
+    ("docker", collect_docker),
+    ("network", collect_network),
+    ("limits", collect_limits),
+    ("clock", collect_clock),
+    ("infiniband", collect_infiniband),
+)
+
+
+def run_parallel(jobs, timeout):
+    """Run callables in daemon threads; return {name: error} for those that failed or hung."""
+    errors = {}
+    threads = {}
+    for name, job in jobs.items():
+
+        def target(name=name, job=job):
+            try:
+                job()
+            except ToolError as error:
+                errors[name] = str(error)
+            except Exception as error:
+                errors[name] = "%s: %s" % (type(error).__name__, error)
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        threads[name] = thread
+    end = time.monotonic() + timeout
+    for name, thread in threads.items():
+        thread.join(max(0.0, end - time.monotonic()))
+        if thread.is_alive():
+            errors[name] = "timeout: did not finish within %.0f s" % timeout
+    return errors
+
+
+def probe(options):
+    started = time.monotonic()
+    facts = {}
+
+    def job(name, collector):
+        def run():
+            facts[name] = collector(options)
+
+        return run
+
+    jobs = {name: job(name, collector) for name, collector in COLLECTORS if name != "torch"}
+    errors = run_parallel(jobs, options.get("timeout", TOOL_TIMEOUT + 5))
+    for name, message in errors.items():
+        facts[name] = {"error": message}
+    # torch goes last: whether to import it depends on whether GPUs were found.
+    options = dict(options, gpus_present=bool(facts.get("gpus", {}).get("count")))
+    errors = run_parallel({"torch": job("torch", collect_torch)}, 70)
+    if errors:
+        facts["torch"] = {"error": errors["torch"]}
+    return {"probe_version": PROBE_VERSION, "facts": facts, "seconds": time.monotonic() - started}
+
+
+def main(argv):
+    options = json.loads(argv[1]) if len(argv) > 1 else {}
+    result = probe(options)
+    sys.stdout.write(BEGIN + json.dumps(result, separators=(",", ":"), default=str) + END)
+    sys.stdout.flush()
+    # Daemon threads still blocked on a wedged tool must not keep the process alive.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

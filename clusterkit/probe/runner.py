@@ -1,0 +1,89 @@
+"""Fan the probe out: one remote execution per host, all hosts in parallel."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from clusterkit import framing
+from clusterkit.errors import TransportError
+from clusterkit.inventory.model import Inventory
+from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.pool import parallel
+
+DEFAULT_INTERPRETER = "python3"
+
+
+@cache
+def collector_source() -> bytes:
+    return resources.files("clusterkit.probe").joinpath("collector.py").read_bytes()
+
+
+@dataclass
+class ProbeResults:
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # host -> why no facts
+
+
+def interpreter_for(inventory: Inventory, host: str) -> str:
+    return inventory.host(host).python_interpreter or DEFAULT_INTERPRETER
+
+
+def probe_host(
+    transport: Transport, interpreter: str, options: dict[str, Any], deadline: Deadline
+) -> dict[str, Any]:
+    """Run the collector on one host; raise TransportError with the reason when it fails."""
+    argv = [interpreter, "-", json.dumps(options, separators=(",", ":"))]
+    result = transport.run(argv, stdin=collector_source(), deadline=deadline)
+    if result.timed_out:
+        raise TransportError(
+            transport.host, "timeout", "the probe did not finish before the deadline (killed)"
+        )
+    try:
+        payload = framing.decode(result.stdout)
+    except framing.FrameError as error:
+        detail = result.stderr_tail() or f"exit status {result.exit_code}"
+        if result.exit_code == 127:
+            detail = f"{interpreter} not found on the node (set ansible_python_interpreter)"
+        raise TransportError(transport.host, "protocol", f"probe failed: {detail}") from error
+    return payload["facts"]
+
+
+def probe_all(
+    transports: Mapping[str, Transport],
+    inventory: Inventory,
+    deadline: Deadline,
+    *,
+    options: dict[str, Any] | None = None,
+    workers: int = 64,
+    on_done: Callable[[str, str | None], None] | None = None,
+) -> ProbeResults:
+    probe_options = {"timeout": 15, **(options or {})}
+
+    def one(name: str) -> dict[str, Any]:
+        try:
+            facts = probe_host(
+                transports[name], interpreter_for(inventory, name), probe_options, deadline
+            )
+        except TransportError as error:
+            if on_done:
+                on_done(name, error.detail)
+            raise
+        if on_done:
+            on_done(name, None)
+        return facts
+
+    names = list(transports)
+    results = ProbeResults()
+    for name, outcome in zip(names, parallel(one, names, workers=workers)):
+        if isinstance(outcome, TransportError):
+            results.failures[name] = outcome.detail
+        elif isinstance(outcome, BaseException):
+            results.failures[name] = f"probe failed: {outcome}"
+        else:
+            results.facts[name] = outcome
+    return results
