@@ -180,8 +180,7 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             Finding(
                 "compat.driver-cuda",
                 Status.FAIL,
-                "driver too old for torch's CUDA: "
-                + "; ".join(f"{h}: {w}" for h, w in too_old.items()),
+                "driver too old for torch's CUDA: " + _describe(too_old),
                 hosts=list(too_old),
                 found=too_old,
                 remedy=remedy("nvidia", list(too_old)),
@@ -192,8 +191,7 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             Finding(
                 "compat.driver-cuda",
                 Status.WARN,
-                "driver below full compatibility: "
-                + "; ".join(f"{h}: {w}" for h, w in limited.items()),
+                "driver below full compatibility: " + _describe(limited),
                 hosts=list(limited),
                 found=limited,
                 remedy=remedy("nvidia", list(limited)),
@@ -207,3 +205,7 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             hosts=checked,
         )
     ]
+
+
+def _describe(by_host: dict[str, str]) -> str:
+    return "; ".join(f"{host}: {why}" for host, why in by_host.items())

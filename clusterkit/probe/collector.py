@@ -357,9 +357,8 @@ def collect_clock(options):
             sign = 1 if match.group(2) == "fast" else -1
             facts["offset_seconds"] = sign * float(match.group(1))
         facts["source"] = "chronyc"
-        facts["synchronized"] = (
-            "Not synchronised" not in text and "Leap status     : Normal" in text
-        )
+        leap = re.search(r"Leap status\s*:\s*(.+)", text)
+        facts["synchronized"] = bool(leap) and leap.group(1).strip() == "Normal"
     except ToolError:
         pass
     return facts
