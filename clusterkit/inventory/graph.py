@@ -260,7 +260,7 @@ def build_graph(path: str, data: Any) -> InventoryGraph:
     """The inventory graph of one parsed YAML document, or an InventoryError."""
     hint = "convert other formats with: ansible-inventory -i FILE --list --yaml > inventory.yaml"
     if not data:
-        raise InventoryError(path, "not a YAML inventory: the file is empty", hint=hint)
+        raise InventoryError(path, "not a YAML inventory: the file is empty")
     if not isinstance(data, Mapping):
         raise InventoryError(
             path,

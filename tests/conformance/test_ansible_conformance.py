@@ -1,0 +1,130 @@
+"""clusterkit's inventory reader against the real `ansible-inventory --list`, as the oracle.
+
+For each fixture both must agree on: the host list, every host's group membership (direct or
+through child groups), every resolved variable (connection variables and `clusterkit`
+included), and the connection a host gets. For each malformed fixture both must refuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterkit.errors import InventoryError
+from clusterkit.inventory import load_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "inventories"
+VALID = [
+    FIXTURES / "ranges" / "inventory.yaml",
+    FIXTURES / "precedence" / "inventory.yaml",
+    FIXTURES / "varsdirs" / "inventory.yaml",
+    FIXTURES / "shapes" / "inventory.yaml",
+    REPO / "inventory.example.yaml",
+]
+INVALID = sorted((FIXTURES / "invalid").glob("*.yaml"))
+ANSIBLE_INVENTORY = shutil.which("ansible-inventory")
+
+pytestmark = pytest.mark.skipif(
+    ANSIBLE_INVENTORY is None, reason="ansible-inventory (ansible-core) is not installed"
+)
+
+
+def ansible_inventory(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the real ansible-inventory on one file: yaml plugin only, failures are failures."""
+    config = tmp_path / "ansible.cfg"  # an empty config: no user or system settings leak in
+    config.write_text("[defaults]\n")
+    env = dict(
+        os.environ,
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+        ANSIBLE_INVENTORY_UNPARSED_FAILED="True",
+        ANSIBLE_INVENTORY_ENABLED="yaml",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CONFIG=str(config),
+    )
+    assert ANSIBLE_INVENTORY is not None
+    return subprocess.run(
+        [ANSIBLE_INVENTORY, "-i", str(path), "--list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+
+def _members(listing: dict[str, Any], group: str) -> set[str]:
+    """Hosts of a group in `--list` output, through its children as well."""
+    entry = listing.get(group, {})
+    hosts = set(entry.get("hosts", []))
+    for child in entry.get("children", []):
+        hosts |= _members(listing, child)
+    return hosts
+
+
+def _expected_connection(name: str, hostvars: dict[str, Any]) -> dict[str, Any]:
+    """The connection Ansible's ssh plugin would use, read from Ansible's resolved vars."""
+
+    def last_set(*names: str) -> Any:
+        values = [hostvars[n] for n in names if hostvars.get(n) is not None]
+        return values[-1] if values else None
+
+    key_file = last_set("ansible_private_key_file", "ansible_ssh_private_key_file")
+    port = last_set("ansible_port", "ansible_ssh_port")
+    return {
+        "address": last_set("ansible_host", "ansible_ssh_host") or name,
+        "port": None if port is None else int(port),
+        "user": last_set("ansible_user", "ansible_ssh_user"),
+        "key_file": None if key_file is None else os.path.expanduser(key_file),
+        "connection": "local" if hostvars.get("ansible_connection") == "local" else "ssh",
+    }
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.parent.name if p.parent != REPO else p.name)
+def test_same_hosts_groups_and_vars_as_ansible(path: Path, tmp_path: Path) -> None:
+    result = ansible_inventory(path, tmp_path)
+    assert result.returncode == 0, result.stderr
+    listing = json.loads(result.stdout)
+    hostvars = listing.pop("_meta")["hostvars"]
+    groups = list(listing)
+
+    inventory = load_inventory(path)
+
+    all_hosts = _members(listing, "all")
+    assert {host.name for host in inventory.hosts} == all_hosts
+    assert len(inventory.hosts) == len(all_hosts)  # no duplicates
+    for host in inventory.hosts:
+        theirs = {group for group in groups if host.name in _members(listing, group)}
+        assert set(host.groups) == theirs, host.name
+        expected_vars = hostvars.get(host.name, {})
+        assert host.vars == expected_vars, host.name
+        assert host.vars.get("clusterkit") == expected_vars.get("clusterkit"), host.name
+        ours = {key: getattr(host, key) for key in _expected_connection(host.name, {})}
+        assert ours == _expected_connection(host.name, expected_vars), host.name
+
+
+def test_cluster_settings_match_ansible_for_the_example(tmp_path: Path) -> None:
+    example = REPO / "inventory.example.yaml"
+    listing = json.loads(ansible_inventory(example, tmp_path).stdout)
+    for hostvars in listing["_meta"]["hostvars"].values():
+        assert hostvars["clusterkit"] == load_inventory(example).settings.raw
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
+def test_both_refuse_malformed_inventories(path: Path, tmp_path: Path) -> None:
+    result = ansible_inventory(path, tmp_path)
+    assert result.returncode != 0, f"ansible-inventory accepted {path.name}"
+    assert "No inventory was parsed" in result.stderr, result.stderr
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    assert str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
