@@ -1,0 +1,378 @@
+"""Stand-in for `nvidia-smi` on test nodes, which have no GPU.
+
+It replays the real tool's output formats (see tests/fixtures/nvidia-smi/) from a per-node JSON
+state file, so that probes parse exactly what they would parse on a GPU node:
+
+    fake_nvidia_smi.py STATE_JSON [nvidia-smi arguments...]
+
+State: {"mode": "normal"|"hang"|"fail"|"mismatch", "banner": "classic"|"r610",
+"driver": "550.54.15", "cuda": "12.4", "gpus": [{<query field name>: value, ...}, ...]}.
+GPU values are raw numbers or strings; units are added here as nvidia-smi adds them. A value
+written as "[Not Supported]" or "[N/A]" is printed verbatim; a field the GPU lacks prints "[N/A]".
+
+It runs on every node many times per test, under `python3 -S -E`: stdlib only, no work beyond
+what the invocation needs, and Python 3.8 compatible syntax.
+"""
+
+# ruff: noqa: UP031  (printf-style widths mirror the C layouts being reproduced)
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+# Canonical query field -> unit shown in the CSV header ("" = none).
+FIELD_UNITS = {
+    "timestamp": "",
+    "driver_version": "",
+    "count": "",
+    "name": "",
+    "serial": "",
+    "uuid": "",
+    "pci.bus_id": "",
+    "pci.domain": "",
+    "pci.bus": "",
+    "pci.device": "",
+    "pci.device_id": "",
+    "pci.sub_device_id": "",
+    "pcie.link.gen.current": "",
+    "pcie.link.gen.max": "",
+    "pcie.link.width.current": "",
+    "pcie.link.width.max": "",
+    "index": "",
+    "minor_number": "",
+    "vbios_version": "",
+    "display_mode": "",
+    "display_active": "",
+    "persistence_mode": "",
+    "compute_mode": "",
+    "compute_cap": "",
+    "pstate": "",
+    "fan.speed": "%",
+    "memory.total": "MiB",
+    "memory.reserved": "MiB",
+    "memory.used": "MiB",
+    "memory.free": "MiB",
+    "utilization.gpu": "%",
+    "utilization.memory": "%",
+    "temperature.gpu": "",
+    "temperature.memory": "",
+    "power.draw": "W",
+    "power.limit": "W",
+    "enforced.power.limit": "W",
+    "power.default_limit": "W",
+    "power.max_limit": "W",
+    "clocks.sm": "MHz",
+    "clocks.mem": "MHz",
+    "clocks.max.sm": "MHz",
+    "clocks.max.mem": "MHz",
+    "ecc.mode.current": "",
+    "ecc.mode.pending": "",
+    "ecc.errors.corrected.volatile.total": "",
+    "ecc.errors.uncorrected.volatile.total": "",
+    "ecc.errors.corrected.aggregate.total": "",
+    "ecc.errors.uncorrected.aggregate.total": "",
+    "retired_pages.pending": "",
+    "remapped_rows.pending": "",
+    "mig.mode.current": "",
+    "mig.mode.pending": "",
+}
+
+# Alternative spellings nvidia-smi accepts; the header shows the canonical name.
+FIELD_ALIASES = {
+    "gpu_name": "name",
+    "gpu_serial": "serial",
+    "gpu_uuid": "uuid",
+    "gpu_bus_id": "pci.bus_id",
+    "persistence-mode": "persistence_mode",
+    "compute-mode": "compute_mode",
+    "compute-cap": "compute_cap",
+    "clocks.current.sm": "clocks.sm",
+    "clocks.current.memory": "clocks.mem",
+    "clocks.max.memory": "clocks.max.mem",
+    "clocks.max.sm": "clocks.max.sm",
+    "power.limit": "power.limit",
+}
+
+FAILED_TO_COMMUNICATE = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n\n"
+)
+NVML_MISMATCH = (
+    "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {}\n"
+)
+INVALID_COMBINATION = (
+    "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+)
+UNKNOWN_OPTION = "ERROR: Option %s is not recognized. Please run 'nvidia-smi -h'.\n\n"
+EXIT_INVALID_ARGUMENT = 2
+EXIT_DRIVER_NOT_LOADED = 9
+EXIT_LIB_RM_VERSION_MISMATCH = 18
+
+WIDE_RULE = "+" + "-" * 89 + "+"
+COLUMN_RULE = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
+HEADER_ROWS = (
+    "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+    "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+    "|                                         |                        |               MIG M. |",
+    "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|",
+)
+# The driver 550 layout; R580+ widened the PID column by six characters.
+PROCESS_HEADER_CLASSIC = (
+    "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |"
+)
+PROCESS_HEADER_R610 = (
+    "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |"
+)
+
+
+def is_marker(value: object) -> bool:
+    """True for the bracketed placeholders nvidia-smi prints instead of a value."""
+    return isinstance(value, str) and value.startswith("[")
+
+
+def field_value(state: dict, gpu: dict, field: str, units: bool) -> str:
+    """One CSV cell, formatted like nvidia-smi (units appended unless `nounits`)."""
+    if field == "count":
+        return str(len(state.get("gpus", [])))
+    if field == "driver_version":
+        return str(state.get("driver", "[N/A]"))
+    if field == "timestamp":
+        now = time.time()
+        return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + ".%03d" % (
+            int(now * 1000) % 1000
+        )
+    value = gpu.get(field)
+    if value is None and field == "memory.free" and "memory.total" in gpu:
+        value = gpu["memory.total"] - gpu.get("memory.used", 0) - gpu.get("memory.reserved", 0)
+    if value is None:
+        return "[N/A]"
+    if is_marker(value):
+        return str(value)
+    unit = FIELD_UNITS[field]
+    if unit == "W":
+        text = "%.2f" % float(value)
+    elif isinstance(value, bool):
+        text = "Enabled" if value else "Disabled"
+    else:
+        text = str(value)
+    return text + " " + unit if (unit and units) else text
+
+
+def header_name(field: str) -> str:
+    unit = FIELD_UNITS[field]
+    return field + (" [" + unit + "]" if unit else "")
+
+
+def query_gpu(state: dict, gpus: list, fields_arg: str, format_arg: str) -> int:
+    """`--query-gpu=FIELDS --format=csv[,noheader][,nounits]`."""
+    fields = []
+    for requested in fields_arg.split(","):
+        requested = requested.strip()
+        if not requested:
+            continue
+        canonical = FIELD_ALIASES.get(requested, requested)
+        if canonical not in FIELD_UNITS:
+            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % requested)
+            return EXIT_INVALID_ARGUMENT
+        fields.append(canonical)
+    options = [option.strip() for option in format_arg.split(",")]
+    if "csv" not in options or not fields:
+        sys.stdout.write(INVALID_COMBINATION)
+        return EXIT_INVALID_ARGUMENT
+    units = "nounits" not in options
+    lines = []
+    if "noheader" not in options:
+        lines.append(", ".join(header_name(field) for field in fields))
+    for gpu in gpus:
+        lines.append(", ".join(field_value(state, gpu, field, units) for field in fields))
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
+def list_gpus(gpus: list) -> int:
+    """`-L`: one line per GPU with its UUID."""
+    for gpu in gpus:
+        sys.stdout.write(
+            "GPU %s: %s (UUID: %s)\n" % (gpu.get("index"), gpu.get("name"), gpu.get("uuid"))
+        )
+    return 0
+
+
+def version(state: dict) -> int:
+    """`--version`, in the layout of the state's banner style."""
+    driver = str(state.get("driver", ""))
+    cuda = str(state.get("cuda", ""))
+    nvml = ".".join(driver.split(".")[:2])
+    lines = ["NVIDIA-SMI version  : " + driver, "NVML version        : " + nvml]
+    if state.get("banner") == "r610":
+        lines += [
+            'DRIVER version      : Deprecated, see "KMD version" instead',
+            'CUDA version        : Deprecated, see "CUDA UMD version" instead',
+            "KMD version         : " + driver,
+            "CUDA UMD version    : " + cuda,
+        ]
+    else:
+        lines += ["DRIVER version      : " + driver, "CUDA Version        : " + cuda]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def short(value: object, unknown: str = "N/A") -> str:
+    """A value as the summary table shows it: placeholders become plain N/A."""
+    if value is None or is_marker(value):
+        return unknown
+    return str(value)
+
+
+def gpu_rows(gpu: dict) -> list:
+    """The three table rows of one GPU, column widths as in the 550+ layout."""
+    name = str(gpu.get("name", ""))
+    if len(name) > 27:
+        name = name[:24] + "..."
+    persistence = "On" if gpu.get("persistence_mode") in ("Enabled", True) else "Off"
+    display = "On" if gpu.get("display_active") in ("Enabled", True) else "Off"
+    ecc_mode = gpu.get("ecc.mode.current")
+    if ecc_mode in ("Enabled", True):
+        ecc = short(gpu.get("ecc.errors.uncorrected.volatile.total"))
+    elif ecc_mode in ("Disabled", False):
+        ecc = "Off"
+    else:
+        ecc = "N/A"
+    fan = gpu.get("fan.speed")
+    fan_text = "N/A" if fan is None or is_marker(fan) else "%s%%" % fan
+    temp = gpu.get("temperature.gpu")
+    temp_text = "N/A" if temp is None or is_marker(temp) else "%sC" % temp
+
+    def watts(value: object) -> str:
+        return "N/A" if value is None or is_marker(value) else "%dW" % round(float(value))
+
+    power = "%s / %5s" % (watts(gpu.get("power.draw")), watts(gpu.get("power.limit")))
+    memory = "%sMiB / %6sMiB" % (gpu.get("memory.used", 0), gpu.get("memory.total", 0))
+    util = gpu.get("utilization.gpu")
+    util_text = "N/A" if util is None or is_marker(util) else "%s%%" % util
+    left = "%4s   %3s    %-2s" % (fan_text, temp_text, short(gpu.get("pstate")))
+    return [
+        "|%4s  %-31s%-4s|   %s %3s | %20s |"
+        % (gpu.get("index"), name, persistence, gpu.get("pci.bus_id", ""), display, ecc),
+        "|%s%s |%23s |%8s %12s |"
+        % (left, power.rjust(40 - len(left)), memory, util_text, short(gpu.get("compute_mode"))),
+        "|%41s|%24s| %20s |" % ("", "", short(gpu.get("mig.mode.current"))),
+    ]
+
+
+def summary(state: dict, gpus: list) -> int:
+    """Plain `nvidia-smi`: banner, GPU table and the (empty) process table."""
+    driver = str(state.get("driver", ""))
+    cuda = str(state.get("cuda", ""))
+    r610 = state.get("banner") == "r610"
+    if r610:
+        banner = "| NVIDIA-SMI %-22s KMD Version: %-13s CUDA UMD Version: %-9s|" % (
+            driver,
+            driver,
+            cuda,
+        )
+    else:
+        banner = "| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|" % (
+            driver,
+            driver,
+            cuda,
+        )
+    lines = [time.strftime("%a %b %e %H:%M:%S %Y") + "       ", WIDE_RULE, banner]
+    lines.append(COLUMN_RULE if r610 else "|" + COLUMN_RULE[1:])
+    lines.extend(HEADER_ROWS)
+    for gpu in gpus:
+        lines.extend(gpu_rows(gpu))
+        lines.append(COLUMN_RULE)
+    lines.append("" if r610 else " " * 89)
+    lines.append(WIDE_RULE)
+    lines.append("| Processes:".ljust(90) + "|")
+    lines.append(PROCESS_HEADER_R610 if r610 else PROCESS_HEADER_CLASSIC)
+    lines.append("|        ID   ID".ljust(79) + "Usage      |")
+    lines.append("|" + "=" * 89 + "|")
+    lines.append("|  No running processes found".ljust(90) + "|")
+    lines.append(WIDE_RULE)
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def option_value(args: list, position: int, name: str) -> tuple:
+    """Value of `--name=V`, `--name V` or `-x V` at args[position]; (value, next position)."""
+    arg = args[position]
+    if "=" in arg:
+        return arg.split("=", 1)[1], position + 1
+    if position + 1 >= len(args):
+        return None, position + 1
+    return args[position + 1], position + 2
+
+
+def selected(gpus: list, ids: str | None) -> list:
+    """GPUs named by `-i`/`--id` (indexes, UUIDs or bus ids), or all."""
+    if ids is None:
+        return gpus
+    wanted = {item.strip() for item in ids.split(",")}
+    return [
+        gpu
+        for gpu in gpus
+        if str(gpu.get("index")) in wanted
+        or gpu.get("uuid") in wanted
+        or gpu.get("pci.bus_id") in wanted
+    ]
+
+
+def run(state: dict, args: list) -> int:
+    mode = state.get("mode", "normal")
+    if mode == "hang":
+        while True:  # a wedged driver: never answers, only a signal ends it
+            time.sleep(3600)
+    if mode == "fail":
+        sys.stdout.write(FAILED_TO_COMMUNICATE)
+        return EXIT_DRIVER_NOT_LOADED
+    if mode == "mismatch":
+        sys.stdout.write(NVML_MISMATCH.format(state.get("nvml_library", "535.161")))
+        return EXIT_LIB_RM_VERSION_MISMATCH
+
+    query = fmt = ids = None
+    action = "summary"
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        if arg in ("-L", "--list-gpus"):
+            action, position = "list", position + 1
+        elif arg == "--version":
+            action, position = "version", position + 1
+        elif arg.startswith("--query-gpu"):
+            query, position = option_value(args, position, "query-gpu")
+            action = "query"
+        elif arg.startswith("--format"):
+            fmt, position = option_value(args, position, "format")
+        elif arg in ("-i",) or arg.startswith("--id"):
+            ids, position = option_value(args, position, "id")
+        else:
+            sys.stdout.write(UNKNOWN_OPTION % arg)
+            return EXIT_INVALID_ARGUMENT
+
+    gpus = selected(state.get("gpus", []), ids)
+    if action == "query":
+        if query is None or fmt is None:
+            sys.stdout.write(INVALID_COMBINATION)
+            return EXIT_INVALID_ARGUMENT
+        return query_gpu(state, gpus, query, fmt)
+    if action == "list":
+        return list_gpus(gpus)
+    if action == "version":
+        return version(state)
+    return summary(state, gpus)
+
+
+def main() -> int:
+    with open(sys.argv[1]) as handle:
+        state = json.load(handle)
+    try:
+        return run(state, sys.argv[2:])
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
