@@ -1,0 +1,178 @@
+"""A picture of expected cost (and wall time) of both options against the preemption rate,
+with the break-even point and the user's rate marked. matplotlib is imported only here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from clusterkit.cost import analytic
+from clusterkit.cost.estimate import Estimate
+from clusterkit.errors import UsageError
+
+SPOT_COLOR, DEMAND_COLOR, MARK_COLOR = "#1f77b4", "#d62728", "#444444"
+
+
+def rate_range(result: Estimate) -> tuple[float, float]:
+    """Two decades either side of the interesting rates (the user's and break-even)."""
+    marks = [
+        rate
+        for rate in (result.scenario.preempt_rate, result.break_even_rate)
+        if 0 < rate < math.inf
+    ] or [1e-3]
+    return min(marks) / 100.0, max(marks) * 20.0
+
+
+def curves(result: Estimate, points: int = 200) -> dict[str, np.ndarray]:
+    low, high = rate_range(result)
+    rates = np.geomspace(low, high, points)
+    options = [analytic.spot(result.scenario, float(rate)) for rate in rates]
+    return {
+        "rate": rates,
+        "spot_cost": np.array([o.cost for o in options]),
+        "spot_wall": np.array([o.wall_h for o in options]),
+        "infeasible": np.array([o.infeasible is not None for o in options]),
+    }
+
+
+def write_png(result: Estimate, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    from matplotlib.ticker import FuncFormatter
+
+    data = curves(result)
+    scenario, demand = result.scenario, result.on_demand
+    figure, (cost_axis, time_axis) = pyplot.subplots(
+        2, 1, figsize=(9, 6.8), sharex=True, gridspec_kw={"height_ratios": [2.2, 1]}
+    )
+    ceiling = 3.0 * max(demand.cost, result.spot.cost if math.isfinite(result.spot.cost) else 0)
+    cost_axis.plot(
+        data["rate"],
+        np.minimum(data["spot_cost"], 10 * ceiling),
+        color=SPOT_COLOR,
+        lw=2.2,
+        label=f"spot (${scenario.spot_price:g}/node-h)",
+    )
+    cost_axis.axhline(
+        demand.cost,
+        color=DEMAND_COLOR,
+        lw=2.2,
+        label=f"on-demand (${scenario.on_demand_price:g}/node-h)",
+    )
+    time_axis.plot(data["rate"], data["spot_wall"], color=SPOT_COLOR, lw=2.2)
+    time_axis.axhline(demand.wall_h, color=DEMAND_COLOR, lw=2.2)
+    for axis in (cost_axis, time_axis):
+        _shade_infeasible(axis, data)
+        axis.grid(True, which="major", alpha=0.35)
+        axis.grid(True, which="minor", alpha=0.12)
+        axis.spines[["top", "right"]].set_visible(False)
+    break_even = result.break_even_rate
+    if 0 < break_even < math.inf:
+        for axis in (cost_axis, time_axis):
+            axis.axvline(break_even, color=MARK_COLOR, lw=1.2, ls=":")
+        cost_axis.plot([break_even], [demand.cost], "o", color=MARK_COLOR, ms=8, zorder=5)
+        cost_axis.annotate(
+            f"break-even\n{break_even:.3g}/node-h",
+            (break_even, demand.cost),
+            xytext=(10, -34),
+            textcoords="offset points",
+            fontsize=9,
+            color=MARK_COLOR,
+        )
+    user_rate = scenario.preempt_rate
+    if user_rate > 0 and math.isfinite(result.spot.cost):
+        for axis in (cost_axis, time_axis):
+            axis.axvline(user_rate, color=SPOT_COLOR, lw=1.2, ls="--", alpha=0.8)
+        cost_axis.plot([user_rate], [result.spot.cost], "D", color=SPOT_COLOR, ms=8, zorder=5)
+        cost_axis.annotate(
+            f"your rate {user_rate:.3g}/node-h\nspot ${result.spot.cost:,.0f}",
+            (user_rate, result.spot.cost),
+            xytext=(-12, 14),
+            textcoords="offset points",
+            ha="right",
+            fontsize=9,
+            color=SPOT_COLOR,
+        )
+    if scenario.deadline_h is not None:
+        time_axis.axhline(scenario.deadline_h, color=MARK_COLOR, lw=1.0, ls="-.")
+        time_axis.annotate(
+            f"deadline {scenario.deadline_h:g} h",
+            (data["rate"][0], scenario.deadline_h),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=8,
+            color=MARK_COLOR,
+        )
+    if 0 < break_even < math.inf:
+        cost_axis.text(
+            break_even / 1.25,
+            0.03,
+            "spot cheaper",
+            ha="right",
+            fontsize=8,
+            color=SPOT_COLOR,
+            transform=cost_axis.get_xaxis_transform(),
+        )
+        cost_axis.text(
+            break_even * 1.25,
+            0.03,
+            "on-demand cheaper",
+            ha="left",
+            fontsize=8,
+            color=DEMAND_COLOR,
+            transform=cost_axis.get_xaxis_transform(),
+        )
+    cost_axis.set_xscale("log")
+    cost_axis.set_xlim(data["rate"][0], data["rate"][-1])
+    cost_axis.set_ylim(0, ceiling)
+    time_ceiling = 3.0 * max(demand.wall_h, min(result.spot.wall_h, 10 * demand.wall_h))
+    time_axis.set_ylim(0, time_ceiling)
+    cost_axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"${value:,.0f}"))
+    cost_axis.set_ylabel("expected cost (USD)")
+    time_axis.set_ylabel("expected wall time (h)")
+    time_axis.set_xlabel("spot preemption rate (per node-hour, log scale)")
+    cost_axis.set_title(
+        f"Spot vs on-demand: {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs, "
+        f"{scenario.hours:g} h of compute\n"
+        f"checkpoint {scenario.checkpoint_h * 60:.3g} min, restart {scenario.restart_h * 60:.3g}"
+        f" min, correlation {scenario.effective_correlation:g}",
+        fontsize=11,
+        loc="left",
+    )
+    cost_axis.legend(loc="upper left", frameon=False)
+    figure.text(
+        0.99,
+        0.005,
+        f"Recommendation: {result.advice.headline}"[:130],
+        ha="right",
+        va="bottom",
+        fontsize=8,
+        color=MARK_COLOR,
+    )
+    figure.tight_layout(rect=(0, 0.02, 1, 1))
+    try:
+        figure.savefig(path, dpi=130)
+    except OSError as error:
+        raise UsageError(f"--plot {path}: cannot write: {error.strerror or error}") from None
+    finally:
+        pyplot.close(figure)
+
+
+def _shade_infeasible(axis: Any, data: dict[str, np.ndarray]) -> None:
+    mask = data["infeasible"]
+    if mask.any():
+        start = float(data["rate"][mask.argmax()])
+        axis.axvspan(start, float(data["rate"][-1]), color="#999999", alpha=0.15, lw=0)
+        axis.text(
+            start * 1.1,
+            0.95,
+            "spot infeasible",
+            transform=axis.get_xaxis_transform(),
+            fontsize=8,
+            color="#666666",
+            va="top",
+        )
