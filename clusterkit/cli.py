@@ -165,7 +165,83 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_cost(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("cost", help="spot vs on-demand cost for a multi-node job")
+    parser = sub.add_parser(
+        "cost",
+        help="spot vs on-demand cost for a multi-node job",
+        description="Expected cost, time and risk of a synchronous multi-node job on spot "
+        "capacity with checkpoint/restart vs on-demand (Young/Daly model and a Monte Carlo). "
+        "Flags override the inventory's `clusterkit.cost` settings.",
+    )
+    parser.add_argument("inventory", nargs="?", help="Ansible YAML inventory (node count, prices)")
+    job = parser.add_argument_group("job")
+    job.add_argument("--nodes", type=int, help="nodes (default: the inventory's hosts)")
+    job.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: catalog or 8)")
+    job.add_argument("--hours", type=float, help="failure-free compute time in hours")
+    job.add_argument("--checkpoint-min", type=float, help="blocking checkpoint cost (default 5)")
+    job.add_argument("--restart-min", type=float, help="restart cost, billed (default 10)")
+    job.add_argument(
+        "--interval",
+        type=float,
+        metavar="MIN",
+        help="checkpoint every MIN minutes (default: Daly's optimum)",
+    )
+    job.add_argument("--deadline", type=float, metavar="HOURS", help="wall-time deadline")
+    risk = parser.add_argument_group("interruptions")
+    risk.add_argument(
+        "--preempt-rate",
+        metavar="RATE|BUCKET",
+        help="spot preemptions per node-hour, or an AWS advisor bucket "
+        "('<5%%', '5-10%%', '10-15%%', '15-20%%', '>20%%')",
+    )
+    risk.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="observed interruptions, `TIME [NODE]` per line (see docs/cost.md)",
+    )
+    risk.add_argument(
+        "--correlation",
+        type=float,
+        help="mean nodes taken per preemption event (1 = independent, the default)",
+    )
+    risk.add_argument(
+        "--capacity-wait-median",
+        metavar="HOURS|off",
+        help="time to get N nodes back after a preemption (default 0.4)",
+    )
+    risk.add_argument("--capacity-wait-mean", metavar="HOURS|off", help="its mean (default 1.5)")
+    risk.add_argument(
+        "--hardware-rate",
+        type=float,
+        metavar="RATE",
+        help="hardware failures per node-hour (default 2e-5 per GPU)",
+    )
+    risk.add_argument(
+        "--hazard",
+        metavar="KIND",
+        help="preemption hazard: exponential (default), weibull:K, preemptible24h",
+    )
+    prices = parser.add_argument_group("prices (USD per node-hour)")
+    prices.add_argument("--on-demand-price", type=float, metavar="USD")
+    prices.add_argument("--spot-price", type=float, metavar="USD")
+    prices.add_argument("--instance", help="instance type from the price catalog")
+    prices.add_argument("--region", help="region in the price catalog")
+    prices.add_argument(
+        "--catalog", metavar="FILE", help="price catalog JSON (default: the bundled snapshot)"
+    )
+    prices.add_argument(
+        "--max-price-age-days",
+        type=float,
+        metavar="DAYS",
+        help="warn when catalog prices are older (default 365)",
+    )
+    sim = parser.add_argument_group("simulation and output")
+    sim.add_argument(
+        "--trials", type=int, default=10_000, help="Monte Carlo trials (default 10000, 0 = none)"
+    )
+    sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    sim.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    sim.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
+    sim.add_argument("--plot", metavar="FILE", help="write a PNG of cost vs preemption rate")
     parser.set_defaults(handler="clusterkit.commands.cost:run")
 
 
