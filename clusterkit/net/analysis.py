@@ -1,0 +1,555 @@
+"""Findings of the network stage from the nodes' facts and connect results (pure).
+
+Check ids (stable, documented in docs/network.md): net.stage, net.interface, net.subnet,
+net.mtu, net.ifname-mismatch, net.master-resolve, net.master-address, net.hostname-loopback,
+net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.firewall, net.firewall-unknown.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.net.firewall import Packet, Verdict, explain
+from clusterkit.net.ifname import InterfaceChoice
+from clusterkit.net.matrix import build_matrix, failing_pairs
+from clusterkit.net.plan import NetworkOptions, master_address
+
+STAGE = "network"
+FAILED_RESULTS = ("refused", "timeout", "unreachable", "error", "foreign", "wrong_node")
+MESSAGE_PAIRS = 6
+UNEXPLAINED = "no rule on either node explains it: a filter between them or a wrong address"
+
+
+def finding(check_id: str, status: Status, message: str, **fields: Any) -> Finding:
+    return Finding(check_id, status, message, stage=STAGE, **fields)
+
+
+def _majority(values: dict[str, Any]) -> Any:
+    counts = Counter(repr(value) for value in values.values())
+    wanted = counts.most_common(1)[0][0]
+    return next(value for value in values.values() if repr(value) == wanted)
+
+
+def stage_errors(errors: dict[str, str]) -> list[Finding]:
+    return [
+        finding(
+            "net.stage",
+            Status.ERROR,
+            f"{host}: the network stage could not run: {reason}",
+            hosts=[host],
+            remedy="check that the node is reachable and has python3 on PATH "
+            "(or set ansible_python_interpreter)",
+        )
+        for host, reason in sorted(errors.items())
+    ]
+
+
+def interface_findings(
+    choices: dict[str, InterfaceChoice], facts_by_host: dict[str, dict[str, Any]]
+) -> list[Finding]:
+    findings: list[Finding] = []
+    broken: dict[str, str] = {}
+    for host, choice in choices.items():
+        names = ", ".join(item["name"] for item in facts_by_host[host].get("interfaces") or [])
+        if choice.name is None:
+            wanted = f"{choice.source}={choice.spec}" if choice.spec else "a usable interface"
+            broken[host] = f"no interface matches {wanted} (has: {names or 'none'})"
+        elif not choice.up:
+            broken[host] = f"{choice.name} is down"
+        elif not choice.address:
+            broken[host] = f"{choice.name} has no address"
+    if broken:
+        findings.append(
+            finding(
+                "net.interface",
+                Status.FAIL,
+                "; ".join(f"{host}: {reason}" for host, reason in sorted(broken.items())),
+                hosts=sorted(broken),
+                expected="an interface that exists, is up and has an address on every node",
+                found=broken,
+                remedy="fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME or clusterkit.interface "
+                "to name the fabric interface present on every node",
+            )
+        )
+    else:
+        used = {host: f"{choice.name} {choice.address}" for host, choice in choices.items()}
+        findings.append(
+            finding(
+                "net.interface",
+                Status.OK,
+                "collective interface present, up and addressed on every node: "
+                + ", ".join(f"{host} {value}" for host, value in sorted(used.items())),
+                hosts=sorted(used),
+                found=used,
+            )
+        )
+    usable = {host: choice for host, choice in choices.items() if host not in broken}
+    findings += _subnet_findings(usable)
+    findings += _mtu_findings(usable)
+    return findings
+
+
+def _subnet_findings(choices: dict[str, InterfaceChoice]) -> list[Finding]:
+    if len(choices) < 2:
+        return []
+    alone = []
+    for host, choice in choices.items():
+        network = choice.network
+        peers = [other for name, other in choices.items() if name != host]
+        shared = network is not None and any(
+            other.address
+            and ipaddress.ip_address(other.address).version == network.version
+            and ipaddress.ip_address(other.address) in network
+            for other in peers
+        )
+        if not shared:
+            alone.append(host)
+    found = {host: str(choice.network) for host, choice in choices.items()}
+    if alone:
+        return [
+            finding(
+                "net.subnet",
+                Status.WARN,
+                f"{', '.join(sorted(alone))}: collective address in no subnet shared with "
+                "a peer; traffic is routed (the mesh test shows whether the route works)",
+                hosts=sorted(alone),
+                found=found,
+            )
+        ]
+    return [finding("net.subnet", Status.OK, "every node shares a subnet with a peer", found=found)]
+
+
+def _mtu_findings(choices: dict[str, InterfaceChoice]) -> list[Finding]:
+    mtus = {host: choice.mtu for host, choice in choices.items() if choice.mtu}
+    if not mtus:
+        return []
+    expected = _majority(mtus)
+    odd = sorted(host for host, mtu in mtus.items() if mtu != expected)
+    if odd:
+        return [
+            finding(
+                "net.mtu",
+                Status.FAIL,
+                "MTU differs: "
+                + ", ".join(f"{host} {choices[host].name} mtu {mtus[host]}" for host in odd)
+                + f" (others {expected}); large messages hang rather than fail",
+                hosts=odd,
+                expected=expected,
+                found={host: mtus[host] for host in odd},
+                remedy=f"set the same MTU on every node, e.g. ip link set dev IFACE mtu {expected}",
+            )
+        ]
+    return [finding("net.mtu", Status.OK, f"MTU {expected} on every node", expected=expected)]
+
+
+def ifname_findings(
+    facts_by_host: dict[str, dict[str, Any]], options: NetworkOptions
+) -> list[Finding]:
+    """NCCL and gloo must agree with each other, across nodes and with the inventory."""
+    envs = {host: facts.get("env") or {} for host, facts in facts_by_host.items()}
+    problems: dict[str, str] = {}
+    for host, env in envs.items():
+        nccl, gloo = env.get("NCCL_SOCKET_IFNAME"), env.get("GLOO_SOCKET_IFNAME")
+        if nccl and gloo and nccl.lstrip("=") != gloo:
+            problems[host] = f"NCCL_SOCKET_IFNAME={nccl} but GLOO_SOCKET_IFNAME={gloo}"
+        elif options.interface and (nccl or gloo) and (nccl or gloo) != options.interface:
+            problems[host] = (
+                f"node environment names {nccl or gloo}, clusterkit.interface "
+                f"is {options.interface}"
+            )
+    for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        values = {host: env.get(key) for host, env in envs.items()}
+        if len(set(values.values())) > 1:
+            expected = _majority(values)
+            for host, value in values.items():
+                if value != expected:
+                    problems.setdefault(host, f"{key}={value} (most nodes: {expected})")
+    if not problems:
+        return [finding("net.ifname-mismatch", Status.OK, "interface variables agree")]
+    return [
+        finding(
+            "net.ifname-mismatch",
+            Status.WARN,
+            "; ".join(f"{host}: {text}" for host, text in sorted(problems.items())),
+            hosts=sorted(problems),
+            found=problems,
+            remedy="set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME to the same interface on "
+            "every node",
+        )
+    ]
+
+
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
+
+
+def master_findings(
+    facts_by_host: dict[str, dict[str, Any]], options: NetworkOptions
+) -> list[Finding]:
+    findings: list[Finding] = []
+    name = options.master_name
+    resolved = {host: master_address(facts) for host, facts in facts_by_host.items()}
+    failed = {
+        host: (facts.get("master") or {}).get("error") or "no address"
+        for host, facts in facts_by_host.items()
+        if resolved[host] is None
+    }
+    answered = {host: address for host, address in resolved.items() if address}
+    expected = _majority(answered) if answered else None
+    odd = sorted(host for host, address in answered.items() if address != expected)
+    if failed or odd:
+        parts = [f"{host}: {name} does not resolve ({reason})" for host, reason in failed.items()]
+        parts += [f"{host} resolves {name} to {answered[host]}" for host in odd]
+        findings.append(
+            finding(
+                "net.master-resolve",
+                Status.FAIL,
+                "; ".join(parts) + (f"; the others to {expected}" if expected else ""),
+                hosts=sorted(set(failed) | set(odd)),
+                expected=expected,
+                found={host: resolved[host] for host in sorted(set(failed) | set(odd))},
+                remedy=f"make {name} resolve to the master's fabric address on every node "
+                "(DNS or /etc/hosts), or set clusterkit.master to that address",
+            )
+        )
+    else:
+        findings.append(
+            finding(
+                "net.master-resolve",
+                Status.OK,
+                f"{name} resolves to {expected} on every node",
+                expected=expected,
+            )
+        )
+    master_facts = facts_by_host.get(options.master_host)
+    loopback = sorted(host for host, address in answered.items() if _is_loopback(address))
+    if loopback:
+        findings.append(
+            finding(
+                "net.master-address",
+                Status.FAIL,
+                f"{name} resolves to a loopback address on {', '.join(loopback)}: peers "
+                "cannot reach the rendezvous there",
+                hosts=loopback,
+                found={host: answered[host] for host in loopback},
+                remedy=f"remove the 127.x line naming {name} from /etc/hosts on those nodes",
+            )
+        )
+    elif expected and master_facts is not None:
+        own = {
+            entry["address"]
+            for item in master_facts.get("interfaces") or []
+            for entry in item.get("addresses") or []
+        }
+        if expected not in own:
+            findings.append(
+                finding(
+                    "net.master-address",
+                    Status.FAIL,
+                    f"{name} resolves to {expected}, which is not an address of the master "
+                    f"{options.master_host} (has {', '.join(sorted(own)) or 'none'})",
+                    hosts=[options.master_host],
+                    expected=sorted(own),
+                    found=expected,
+                    remedy=f"point {name} at an address of {options.master_host}",
+                )
+            )
+        else:
+            findings.append(
+                finding(
+                    "net.master-address",
+                    Status.OK,
+                    f"{expected} belongs to {options.master_host}",
+                    hosts=[options.master_host],
+                )
+            )
+    findings.append(_hostname_finding(facts_by_host))
+    return findings
+
+
+def _hostname_finding(facts_by_host: dict[str, dict[str, Any]]) -> Finding:
+    flagged: dict[str, str] = {}
+    for host, facts in facts_by_host.items():
+        own = facts.get("own_name") or {}
+        addresses = own.get("addresses") or []
+        hostname = facts.get("hostname")
+        if not addresses:
+            flagged[host] = f"hostname {hostname} does not resolve ({own.get('error')})"
+        elif any(_is_loopback(address) for address in addresses):
+            flagged[host] = f"hostname {hostname} resolves to {', '.join(addresses)}"
+    if not flagged:
+        return finding("net.hostname-loopback", Status.OK, "node hostnames resolve off loopback")
+    return finding(
+        "net.hostname-loopback",
+        Status.WARN,
+        "; ".join(f"{host}: {text}" for host, text in sorted(flagged.items()))
+        + ": gloo's default device and c10d host matching use this address",
+        hosts=sorted(flagged),
+        found=flagged,
+        remedy="map the hostname to the fabric address in /etc/hosts (replace the 127.0.1.1 "
+        "line) or set GLOO_SOCKET_IFNAME",
+    )
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """One failed connect and what explains it."""
+
+    source: str
+    destination: str
+    port: int
+    role: str
+    result: str
+    detail: str
+    explanations: tuple[tuple[str, Verdict], ...]  # (node, verdict) on either end
+    unknown: tuple[str, ...]  # nodes whose firewall could not be read
+
+    def describe(self) -> str:
+        text = f"{self.source} -> {self.destination}:{self.port} {self.result}"
+        if self.explanations:
+            text += " (" + "; ".join(f"{n}: {v.describe()}" for n, v in self.explanations) + ")"
+        elif not self.unknown and self.result in ("timeout", "refused", "unreachable"):
+            text += (
+                " (no rule on either node explains it: a filter between them or a wrong address)"
+            )
+        return text
+
+
+def _readable(firewall: dict[str, Any]) -> bool:
+    return any(
+        (firewall.get(tool) or {}).get("state") == "ok"
+        for tool in ("iptables", "iptables-legacy", "nft")
+    )
+
+
+def explain_connect(
+    item: dict[str, Any],
+    facts_by_host: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+) -> Blocked:
+    source, destination = item["from"], item["peer"]
+    source_address = choices[source].address if source in choices else None
+    packet = Packet(
+        source=source_address or "0.0.0.0",
+        destination=item["address"],
+        dport=int(item["port"]),
+        in_interface=choices[destination].name if destination in choices else None,
+        out_interface=choices[source].name if source in choices else None,
+    )
+    explanations: list[tuple[str, Verdict]] = []
+    unknown: list[str] = []
+    if item["result"] in ("refused", "timeout", "unreachable"):
+        for node, hook in ((destination, "input"), (source, "output")):
+            firewall = (facts_by_host.get(node) or {}).get("firewall") or {}
+            if not _readable(firewall):
+                unknown.append(node)
+                continue
+            try:
+                verdict = explain(firewall, packet, hook)
+            except ValueError:
+                verdict = None
+            if verdict:
+                explanations.append((node, verdict))
+    return Blocked(
+        source,
+        destination,
+        int(item["port"]),
+        item["role"],
+        item["result"],
+        str(item.get("detail", "")),
+        tuple(explanations),
+        tuple(unknown),
+    )
+
+
+def connect_findings(
+    hosts: Sequence[str],
+    connects: Sequence[dict[str, Any]],
+    listeners: dict[str, list[dict[str, Any]]],
+    facts_by_host: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+    options: NetworkOptions,
+) -> list[Finding]:
+    """net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.firewall(-unknown)."""
+    findings: list[Finding] = []
+    master = options.master_host
+    in_use = {
+        item["port"]: item
+        for item in listeners.get(master, [])
+        if item["role"] in ("master_port", "rdzv_port") and item["state"] != "ok"
+    }
+    for port, item in sorted(in_use.items()):
+        holder = item.get("holder") or {}
+        who = f" by pid {holder['pid']} ({holder['command']})" if holder.get("pid") else ""
+        findings.append(
+            finding(
+                "net.rendezvous-port-in-use",
+                Status.FAIL,
+                f"{master}: {item['role']} {port} is already in use{who}; a previous job "
+                "may still be running",
+                hosts=[master],
+                found={"port": port, "state": item["state"], "holder": holder or None},
+                remedy=f"stop the process holding port {port} on {master} or choose another "
+                f"port (clusterkit.{item['role']})",
+            )
+        )
+    all_blocked: list[Blocked] = []
+    for port, role in options.rendezvous_ports:
+        if port in in_use or master not in listeners:
+            continue
+        attempts = [c for c in connects if c["role"] == role]
+        failed = [c for c in attempts if c["result"] != "ok"]
+        blocked = [explain_connect(c, facts_by_host, choices) for c in failed]
+        all_blocked += blocked
+        if blocked:
+            findings.append(
+                finding(
+                    "net.rendezvous",
+                    Status.FAIL,
+                    f"{role} {port} on {master} not reachable: "
+                    + "; ".join(b.describe() for b in blocked[:MESSAGE_PAIRS]),
+                    hosts=sorted({master} | {b.source for b in blocked}),
+                    expected=f"every node connects to {master}:{port}",
+                    found=[_blocked_dict(b) for b in blocked],
+                    remedy=f"open TCP port {port} on {master} to every node "
+                    f"(e.g. iptables -I INPUT -p tcp --dport {port} -j ACCEPT)",
+                )
+            )
+        else:
+            findings.append(
+                finding(
+                    "net.rendezvous",
+                    Status.OK,
+                    f"every node reached {role} {port} on {master}",
+                    hosts=[master],
+                )
+            )
+    findings += _mesh_findings(hosts, connects, facts_by_host, choices, all_blocked)
+    return findings
+
+
+def _mesh_findings(hosts, connects, facts_by_host, choices, rendezvous_blocked) -> list[Finding]:
+    matrix = build_matrix(hosts, connects)
+    failing = {(src, dst) for src, dst, _ in failing_pairs(matrix)}
+    failed_connects = [
+        c
+        for c in connects
+        if c["role"] in ("mesh", "extra")
+        and c["result"] != "ok"
+        and (c["from"], c["peer"]) in failing
+    ]
+    blocked = [explain_connect(c, facts_by_host, choices) for c in failed_connects]
+    findings: list[Finding] = []
+    total = sum(len(row) for row in matrix.values())
+    if blocked:
+        findings.append(
+            finding(
+                "net.mesh",
+                Status.FAIL,
+                f"{len(failing)} of {total} node pairs cannot open TCP: "
+                + "; ".join(b.describe() for b in blocked[:MESSAGE_PAIRS])
+                + (
+                    f"; and {len(blocked) - MESSAGE_PAIRS} more"
+                    if len(blocked) > MESSAGE_PAIRS
+                    else ""
+                ),
+                hosts=sorted({b.source for b in blocked} | {b.destination for b in blocked}),
+                expected="all TCP between cluster nodes open on the collective interface",
+                found=[_blocked_dict(b) for b in blocked],
+                remedy="allow all TCP between the cluster nodes on the collective interface "
+                "(NCCL and gloo use ephemeral ports in both directions)",
+            )
+        )
+    else:
+        tested = total - sum(
+            1 for row in matrix.values() for result in row.values() if result == "untested"
+        )
+        findings.append(
+            finding(
+                "net.mesh",
+                Status.OK,
+                f"all {tested} tested node pairs open TCP both ways",
+                hosts=list(hosts),
+            )
+        )
+    findings += _firewall_findings(blocked + rendezvous_blocked, choices)
+    return findings
+
+
+def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:
+    findings: list[Finding] = []
+    by_node: dict[str, dict[str, list[str]]] = {}
+    for item in blocked:
+        for node, verdict in item.explanations:
+            paths = by_node.setdefault(node, {}).setdefault(verdict.describe(), [])
+            paths.append(f"{item.source} -> {item.destination}:{item.port}")
+    for node, rules in sorted(by_node.items()):
+        choice = choices.get(node)
+        iface = choice.name if choice and choice.name else "the fabric interface"
+        network = str(choice.network) if choice and choice.network else "the cluster subnet"
+        findings.append(
+            finding(
+                "net.firewall",
+                Status.FAIL,
+                f"{node}: "
+                + "; ".join(
+                    f"{rule} blocks {', '.join(paths[:MESSAGE_PAIRS])}"
+                    + (
+                        f" and {len(paths) - MESSAGE_PAIRS} more"
+                        if len(paths) > MESSAGE_PAIRS
+                        else ""
+                    )
+                    for rule, paths in rules.items()
+                ),
+                hosts=[node],
+                found={rule: paths for rule, paths in rules.items()},
+                remedy=f"on {node}: allow all TCP from the cluster nodes on {iface}, e.g. "
+                f"iptables -I INPUT -i {iface} -s {network} -p tcp -j ACCEPT (and the "
+                "rendezvous ports on the master)",
+            )
+        )
+    unknown = sorted({node for item in blocked for node in item.unknown})
+    if unknown:
+        findings.append(
+            finding(
+                "net.firewall-unknown",
+                Status.WARN,
+                f"firewall rules could not be read on {', '.join(unknown)} (not root, or no "
+                "iptables/nft): a failed path there is not explained",
+                hosts=unknown,
+                remedy="run clusterkit as root on the nodes (ansible_user root or become) to "
+                "read iptables-save / nft list ruleset",
+            )
+        )
+    return findings
+
+
+def _more(items: Sequence[Any], template: str) -> str:
+    return template.format(len(items) - MESSAGE_PAIRS) if len(items) > MESSAGE_PAIRS else ""
+
+
+def _blocked_dict(item: Blocked) -> dict[str, Any]:
+    return {
+        "from": item.source,
+        "to": item.destination,
+        "port": item.port,
+        "role": item.role,
+        "result": item.result,
+        "detail": item.detail,
+        "explained_by": [
+            {
+                "node": node,
+                "tool": verdict.tool,
+                "chain": verdict.chain,
+                "rule": verdict.rule,
+                "action": verdict.action,
+            }
+            for node, verdict in item.explanations
+        ],
+        "firewall_unknown": list(item.unknown),
+    }

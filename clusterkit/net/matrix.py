@@ -1,0 +1,86 @@
+"""The N x N connect matrix: built from the nodes' connect results, rendered as plain lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+# Worst first wins when a pair has several ports (mesh port plus extra ports).
+SEVERITY = ("ok", "foreign", "refused", "unreachable", "timeout", "error", "untested")
+SYMBOL = {
+    "ok": ".",
+    "foreign": "F",
+    "refused": "R",
+    "unreachable": "U",
+    "timeout": "T",
+    "error": "E",
+    "untested": "?",
+}
+LEGEND = (
+    ". ok  R refused  T timed out  U unreachable  F another program answered  E error  ? not tested"
+)
+FULL_MATRIX_LIMIT = 8
+PAIR_LIST_LIMIT = 40
+
+
+def worse(first: str, second: str) -> str:
+    rank = {name: index for index, name in enumerate(SEVERITY)}
+    return first if rank.get(first, len(SEVERITY)) >= rank.get(second, len(SEVERITY)) else second
+
+
+def build_matrix(
+    hosts: Sequence[str], connects: Iterable[dict[str, Any]]
+) -> dict[str, dict[str, str]]:
+    """matrix[source][destination]: the worst result over the destination's mesh ports.
+    Pairs no node reported on stay "untested" (a node could not run the phase)."""
+    matrix = {src: {dst: "untested" for dst in hosts if dst != src} for src in hosts}
+    seen: set[tuple[str, str]] = set()
+    for item in connects:
+        if item.get("role") not in ("mesh", "extra"):
+            continue
+        src, dst = item["from"], item["peer"]
+        if src not in matrix or dst not in matrix[src]:
+            continue
+        result = item.get("result", "error")
+        matrix[src][dst] = result if (src, dst) not in seen else worse(matrix[src][dst], result)
+        seen.add((src, dst))
+    return matrix
+
+
+def failing_pairs(matrix: dict[str, dict[str, str]]) -> list[tuple[str, str, str]]:
+    return [
+        (src, dst, result)
+        for src, row in matrix.items()
+        for dst, result in row.items()
+        if result not in ("ok", "untested")
+    ]
+
+
+def render_matrix(matrix: dict[str, dict[str, str]], hosts: Sequence[str]) -> list[str]:
+    """A full grid (row connects to column) for small clusters; for larger ones, the failing
+    pairs only, because a 32 x 32 grid says less than the handful of pairs that fail."""
+    total = sum(len(row) for row in matrix.values())
+    failing = failing_pairs(matrix)
+    untested = sum(1 for row in matrix.values() for result in row.values() if result == "untested")
+    summary = f"TCP mesh: {total - len(failing) - untested} of {total} node pairs connect"
+    if failing:
+        summary += f", {len(failing)} fail"
+    if untested:
+        summary += f", {untested} not tested"
+    lines = [summary]
+    if len(hosts) <= FULL_MATRIX_LIMIT:
+        width = max(len(host) for host in hosts)
+        lines.append(" " * (width + 5) + " ".join(str(index + 1) for index in range(len(hosts))))
+        for row_index, src in enumerate(hosts):
+            cells = [
+                "-" if dst == src else SYMBOL.get(matrix[src].get(dst, "untested"), "?")
+                for dst in hosts
+            ]
+            lines.append(f"{row_index + 1:>2} {src:<{width}}  " + " ".join(cells))
+        lines.append("row connects to column: " + LEGEND)
+        return lines
+    for src, dst, result in failing[:PAIR_LIST_LIMIT]:
+        lines.append(f"  {src} -> {dst}: {result}")
+    if len(failing) > PAIR_LIST_LIMIT:
+        lines.append(f"  ... and {len(failing) - PAIR_LIST_LIMIT} more failing pairs")
+    return lines
