@@ -30,9 +30,10 @@ def _per_host(
     ok: str,
     checked: list[str],
     remedy: str | None = None,
+    none: str = "no host reports it",
 ) -> Finding:
     if not checked:
-        return Finding(check_id, Status.SKIP, f"{what}: nothing to check on any host")
+        return Finding(check_id, Status.SKIP, f"not checked: {none}")
     if not bad:
         return Finding(check_id, Status.OK, ok, hosts=checked)
     detail = "; ".join(f"{h}: {why}" for h, why in bad.items())
@@ -54,6 +55,7 @@ def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             "nvidia-smi failed",
             ok="nvidia-smi answers on every GPU host",
             checked=with_gpus + list(failing),
+            none="no host has NVIDIA GPUs",
             remedy="check the driver on these nodes (dmesg | grep -i xid; nvidia-smi); "
             "reboot or drain them",
         )
@@ -80,6 +82,7 @@ def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             "GPU memory errors",
             ok="no uncorrected ECC errors",
             checked=with_gpus,
+            none="no host has NVIDIA GPUs",
             remedy="drain these nodes: uncorrected ECC errors corrupt results; "
             "reset the GPU (nvidia-smi -r) or replace it",
         )
@@ -92,6 +95,7 @@ def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             "GPU persistence mode off (first CUDA call pays driver init, jobs start slowly)",
             ok="persistence mode on for every GPU",
             checked=with_gpus,
+            none="no host has NVIDIA GPUs",
             remedy=remedy("nvidia", list(persistence)),
         )
     )

@@ -1,0 +1,49 @@
+"""Reports: text (rich on a terminal), JSON (documented schema), JUnit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from clusterkit.errors import UsageError
+from clusterkit.report.jsonout import render_json
+from clusterkit.report.junit import render_junit
+from clusterkit.report.model import Report, verdict_status
+from clusterkit.report.text import render_plain, render_rich
+
+__all__ = ["Report", "emit", "verdict_status"]
+
+
+def emit(report: Report, fmt: str, output: str | None) -> None:
+    """Write the report to --output (or stdout); rich only on an interactive terminal."""
+    if fmt == "json":
+        text = render_json(report)
+    elif fmt == "junit":
+        text = render_junit(report)
+    else:
+        text = None
+    if output:
+        target = Path(output)
+        try:
+            if text is None:
+                with target.open("w") as stream:
+                    render_plain(report, stream)
+            else:
+                target.write_text(text)
+        except OSError as error:
+            raise UsageError(f"{output}: cannot write the report: {error.strerror}") from None
+        if fmt != "text":  # still give the person at the terminal the verdict
+            render_plain_summary(report)
+        return
+    if text is not None:
+        sys.stdout.write(text)
+    elif sys.stdout.isatty():
+        render_rich(report, sys.stdout)
+    else:
+        render_plain(report, sys.stdout)
+
+
+def render_plain_summary(report: Report) -> None:
+    from clusterkit.report.text import _summary
+
+    print(_summary(report), file=sys.stderr)

@@ -1,0 +1,60 @@
+"""JUnit XML: one testsuite per stage, one testcase per check, for CI dashboards."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from clusterkit.checks.model import Status
+from clusterkit.report.model import STAGE_ORDER, Report
+
+
+def _detail(finding) -> str:
+    lines = [finding.message]
+    if finding.hosts:
+        lines.append(f"hosts: {', '.join(finding.hosts)}")
+    if finding.expected is not None:
+        lines.append(f"expected: {finding.expected}")
+    if finding.found is not None:
+        lines.append(f"found: {finding.found}")
+    if finding.remedy:
+        lines.append(f"remedy: {finding.remedy}")
+    return "\n".join(lines)
+
+
+def render_junit(report: Report) -> str:
+    root = ET.Element("testsuites", name="clusterkit", time=f"{report.seconds:.3f}")
+    stages = sorted({f.stage for f in report.findings}, key=_stage_key)
+    for stage in stages:
+        findings = [f for f in report.findings if f.stage == stage]
+        suite = ET.SubElement(root, "testsuite", name=f"clusterkit.{stage}")
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for finding in findings:
+            counts["tests"] += 1
+            case = ET.SubElement(
+                suite, "testcase", classname=f"clusterkit.{stage}", name=finding.id
+            )
+            failed = finding.status is Status.FAIL or (
+                report.strict and finding.status is Status.WARN
+            )
+            if failed:
+                counts["failures"] += 1
+                node = ET.SubElement(case, "failure", message=finding.message, type=finding.id)
+                node.text = _detail(finding)
+            elif finding.status is Status.ERROR:
+                counts["errors"] += 1
+                node = ET.SubElement(case, "error", message=finding.message, type=finding.id)
+                node.text = _detail(finding)
+            elif finding.status is Status.SKIP:
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=finding.message)
+            else:
+                out = ET.SubElement(case, "system-out")
+                out.text = f"{finding.status.value.upper()}: {_detail(finding)}"
+        for key, value in counts.items():
+            suite.set(key, str(value))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
+
+
+def _stage_key(stage: str) -> int:
+    return STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)
