@@ -36,8 +36,16 @@ def _per_host(
         return Finding(check_id, Status.SKIP, f"not checked: {none}")
     if not bad:
         return Finding(check_id, Status.OK, ok, hosts=checked)
-    detail = "; ".join(f"{h}: {why}" for h, why in bad.items())
+    detail = group_hosts(bad)
     return Finding(check_id, status, f"{what}: {detail}", hosts=list(bad), found=bad, remedy=remedy)
+
+
+def group_hosts(by_host: dict[str, str]) -> str:
+    """'why on h1, h2; other on h3': one clause per distinct reason, not one per host."""
+    groups: dict[str, list[str]] = {}
+    for host, why in by_host.items():
+        groups.setdefault(why, []).append(host)
+    return "; ".join(f"{why} on {', '.join(hosts)}" for why, hosts in groups.items())
 
 
 def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:

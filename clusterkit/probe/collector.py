@@ -232,8 +232,10 @@ def collect_torch(options):
         return {"present": False, "interpreter": sys.executable, "reason": "torch not importable"}
     facts.update({"present": True, "interpreter": sys.executable, "nccl_wheel": _nccl_wheel()})
     # Importing torch costs seconds; do it only where it can tell us more than its files:
-    # with a GPU (the NCCL actually loaded, devices, arch list) or when asked.
-    if options.get("import_torch") or options.get("gpus_present"):
+    # a CUDA build on a node with GPUs (the NCCL actually loaded, devices, arch list), or
+    # when the inventory asks for it (clusterkit.probe.import_torch).
+    cuda_build = bool(facts.get("cuda") or facts.get("hip"))
+    if options.get("import_torch") or (cuda_build and options.get("gpus_present")):
         try:
             facts.update(json.loads(run_tool([sys.executable, "-c", TORCH_SNIPPET], 60)))
             facts["imported"] = True
