@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh Debian 12 machine (as root), then run them all.
+# The cluster tests build real hosts (network namespaces with sshd and iptables), a Docker
+# engine and a loopback registry; they need root, which CI has.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+SYSTEM_PACKAGES=(openssh-server openssh-client iptables iproute2 procps psmisc kmod
+                 docker.io docker-registry debootstrap ca-certificates)
+
+if [ "$(id -u)" = 0 ]; then
+  missing=()
+  for package in "${SYSTEM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" \
+      || missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  fi
+else
+  echo "not root: cluster and docker tests will be skipped" >&2
+fi
+
+# torch is pinned: an unpinned torch pulls a multi-GB CUDA build.
+"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+  'torch==2.13.0' -e '.[test]' 2>&1 | grep -v -e '^WARNING: Location' -e 'is ignored' || true
+"$PYTHON" -m pip check >/dev/null 2>&1 || true
+
+"$PYTHON" -m ruff check clusterkit tests benchmarks
+exec "$PYTHON" -m pytest -p no:cacheprovider "$@"
