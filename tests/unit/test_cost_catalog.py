@@ -1,0 +1,102 @@
+"""The bundled snapshot and each catalog data trap."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from clusterkit.cost import catalog
+from clusterkit.errors import ConfigError, UsageError
+
+
+def write(tmp_path: Path, instances: list[dict], **top: object) -> str:
+    document = {"source": "test", "date": "2026-01-01", "instances": instances, **top}
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def row(**fields: object) -> dict:
+    return {"instance": "x1", "region": "r1", "gpus": 8, "on_demand": 10.0, "spot": 4.0, **fields}
+
+
+def load(path: str) -> catalog.Catalog:
+    return catalog.load(path, today=date(2026, 2, 1), max_age_days=90)
+
+
+def test_bundled_snapshot_has_source_date_and_reference_rows() -> None:
+    bundled = catalog.load(today=date(2025, 2, 1))
+    assert bundled.source and bundled.snapshot == date(2025, 1, 1)
+    assert bundled.warnings == ()
+    p5 = bundled.lookup("p5.48xlarge", "us-east-1")
+    assert (p5.on_demand, p5.spot_low, p5.spot_high, p5.gpus) == (55.04, 17.63, 25.75, 8)
+    assert p5.spot == pytest.approx((17.63 + 25.75) / 2)
+    assert bundled.lookup("ND96isr_H100_v5", None).on_demand == 117.98
+    assert len(bundled.entries) == 8
+
+
+def test_clean_catalog_has_no_warnings(tmp_path: Path) -> None:
+    assert load(write(tmp_path, [row()])).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"spot": 10.0}, "not below on-demand"),
+        ({"spot": [3.0, 12.0]}, "not below on-demand"),
+        ({"spot": ""}, "missing"),
+        ({"spot": None}, "missing"),
+        ({"on_demand": 0}, "placeholder"),
+        ({"spot": 0.0}, "placeholder"),
+        ({"on_demand": 99999}, "sentinel"),
+        ({"on_demand": "n/a"}, "not a number"),
+        ({"includes_gpus": False}, "leaves out the GPUs"),
+    ],
+)
+def test_each_trap_warns_and_drops_the_price(tmp_path: Path, fields: dict, words: str) -> None:
+    loaded = load(write(tmp_path, [row(**fields)]))
+    assert any(words in warning for warning in loaded.warnings), loaded.warnings
+    entry = loaded.lookup("x1", "r1")
+    assert entry.on_demand is None or entry.spot is None
+
+
+def test_stale_prices_warn(tmp_path: Path) -> None:
+    loaded = catalog.load(write(tmp_path, [row()]), today=date(2026, 6, 1), max_age_days=90)
+    assert any("151 days old" in warning for warning in loaded.warnings)
+    fresh = catalog.load(write(tmp_path, [row()]), today=date(2026, 6, 1), max_age_days=365)
+    assert fresh.warnings == ()
+
+
+def test_undated_and_unsourced_catalog_warns(tmp_path: Path) -> None:
+    loaded = load(write(tmp_path, [row()], date="soon", source=""))
+    assert any("unknown age" in w for w in loaded.warnings)
+    assert any("no `source`" in w for w in loaded.warnings)
+
+
+def test_duplicate_rows_warn(tmp_path: Path) -> None:
+    loaded = load(write(tmp_path, [row(), row(on_demand=11.0)]))
+    assert any("listed twice" in w for w in loaded.warnings)
+    assert loaded.lookup("x1", "r1").on_demand == 10.0
+
+
+def test_unknown_instance_and_region_list_what_is_known(tmp_path: Path) -> None:
+    loaded = load(write(tmp_path, [row(), row(region="r2")]))
+    with pytest.raises(UsageError, match=r"known: x1\)"):
+        loaded.lookup("y9", None)
+    with pytest.raises(UsageError, match=r"known: r1, r2"):
+        loaded.lookup("x1", "r3")
+    with pytest.raises(UsageError, match="give --region"):
+        loaded.lookup("x1", None)
+
+
+def test_malformed_catalog_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        catalog.load(str(path))
+    path.write_text(json.dumps({"instances": {}}))
+    with pytest.raises(ConfigError, match="instances"):
+        catalog.load(str(path))
