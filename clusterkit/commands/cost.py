@@ -91,6 +91,11 @@ def build(args: argparse.Namespace) -> Estimate:
         interval_h=_optional_minutes(values, "interval"),
         hazard=Hazard.parse(str(values.get("hazard") or "exponential")),
     )
+    if scenario.spot_price >= scenario.on_demand_price:
+        warnings.append(
+            f"spot ${scenario.spot_price:g} is not below on-demand "
+            f"${scenario.on_demand_price:g} per node-hour: check the prices"
+        )
     if scenario.correlation > scenario.nodes:
         warnings.append(
             f"correlation {scenario.correlation:g} exceeds the {scenario.nodes} nodes: "
@@ -171,7 +176,8 @@ def _number(
     too_small = number <= minimum if strict else number < minimum
     if too_small or not math.isfinite(number):
         rule = f"must be {'above' if strict else 'at least'} {minimum:g}"
-        raise UsageError(f"{values.flag(key)} {raw}: {rule}")
+        shown = f"{raw:g}" if isinstance(raw, float) else raw
+        raise UsageError(f"{values.flag(key)} {shown}: {rule}")
     return number
 
 
