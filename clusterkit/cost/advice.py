@@ -136,7 +136,9 @@ def _margin_line(scenario: Scenario, break_even: float) -> str:
     times = break_even / scenario.preempt_rate if scenario.preempt_rate > 0 else math.inf
     return (
         f"spot stops being cheaper at {break_even:.3g} preemptions per node-hour "
-        f"({times:.3g}x the rate assumed)"
+        f"({times:,.0f}x the rate assumed)"
+        if times >= 100
+        else f"({times:.3g}x the rate assumed)"
     )
 
 

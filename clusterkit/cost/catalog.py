@@ -38,7 +38,7 @@ class Entry:
         """The middle of the zone range: what a job landing in a random zone pays."""
         if self.spot_low is None or self.spot_high is None:
             return None
-        return 0.5 * (self.spot_low + self.spot_high)
+        return round(0.5 * (self.spot_low + self.spot_high), 6)
 
     @property
     def name(self) -> str:
