@@ -125,13 +125,13 @@ def fabric_default(fabric: Fabric, table: dict[str, Any] | None = None) -> Thres
         return Threshold(None, "none", "CPU/gloo: no default threshold, figures reported only")
     intra: tuple[float, str] | None = None
     if fabric.gpus_per_node > 1:
-        if fabric.nvlink:
+        if fabric.nvlink is True:
             for row in table["single_node_nvlink"]:
                 if _model_matches(fabric.gpu_model, row["models"]):
                     scale = min(1.0, fabric.gpus_per_node / row["gpus"])
                     intra = (row["healthy"][0] * scale, f"NVLink {fabric.gpu_model}")
                     break
-        else:
+        elif fabric.nvlink is False:
             intra = (table["single_node_pcie"]["healthy"][0], "PCIe only")
     inter: tuple[float, str] | None = None
     if fabric.nodes > 1:

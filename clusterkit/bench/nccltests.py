@@ -60,7 +60,7 @@ def parse_table(text: str) -> dict[str, Any]:
     average: float | None = None
     out_of_bounds: dict[str, Any] | None = None
     for raw in text.splitlines():
-        line = _PREFIX.sub("", raw).rstrip()
+        line = _PREFIX.sub("", raw).strip()
         if match := _CONFIG.match(line):
             config.update(
                 nThread=int(match[1]), nGpus=int(match[2]), minBytes=int(match[3]),
