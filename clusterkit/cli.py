@@ -155,7 +155,55 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="all-reduce bandwidth test on every node (nccl-tests compatible output)",
     )
-    parser.add_argument("inventory", nargs="?", help="Ansible YAML inventory")
+    parser.add_argument(
+        "inventory", nargs="?", help="Ansible YAML inventory (default: this machine)"
+    )
+    sweep = parser.add_argument_group("sweep (nccl-tests all_reduce_perf flags)")
+    sweep.add_argument("-b", "--minbytes", default="1M", help="smallest size (default 1M)")
+    sweep.add_argument("-e", "--maxbytes", default="64M", help="largest size (default 64M)")
+    sweep.add_argument("-f", "--stepfactor", type=_positive_int, default=2, help="size factor")
+    sweep.add_argument("-n", "--iters", type=_positive_int, default=20, help="timed iterations")
+    sweep.add_argument("-w", "--warmup-iters", type=int, default=5, help="warmup iterations")
+    sweep.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check data")
+    sweep.add_argument("-d", "--datatype", default="float", help="float, half, bfloat16, ...")
+    run = parser.add_argument_group("run")
+    run.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    run.add_argument(
+        "--nproc-per-node",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="ranks per node (default: clusterkit.expect.gpus_per_node, GPUs found, else 1)",
+    )
+    run.add_argument(
+        "--gate-size", default=None, metavar="SIZE", help="size the gate reads (default: -e)"
+    )
+    run.add_argument("--master-port", type=_positive_int, default=None, metavar="PORT")
+    run.add_argument(
+        "--image",
+        default=None,
+        help="run inside this image (default: clusterkit.image); '' uses the node interpreter",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="deadline for the whole run; everything is killed after it (default: 300)",
+    )
+    run.add_argument(
+        "--join-timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long ranks wait for each other to arrive (default: 60)",
+    )
+    run.add_argument(
+        "-J", "--result-json", default=None, metavar="FILE", help="nccl-tests style JSON result"
+    )
+    _add_bench_gate_options(parser)
+    _add_connection_options(parser)
+    _add_report_options(parser)
     parser.set_defaults(handler="clusterkit.commands.bench:run")
 
 
