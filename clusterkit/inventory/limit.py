@@ -28,8 +28,25 @@ def split_terms(limit: str) -> list[str]:
             ipaddress.IPv6Address(text.lstrip("!&"))
             parts = [text]
         except ValueError:
-            parts = re.findall(r"(?:[^:\[\]]|\[[^\]]*\])+", text)
+            parts = _split_colons(text)
     return [part.strip() for part in parts if part.strip()]
+
+
+def _split_colons(text: str) -> list[str]:
+    """Split on colons that are not inside [...] (subscripts, bracketed addresses)."""
+    parts, current, depth = [], [], 0
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+        if char == ":" and not depth:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
 
 
 def _matches(term: str, hosts: tuple[Host, ...]) -> list[Host]:

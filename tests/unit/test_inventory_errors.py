@@ -1,0 +1,144 @@
+"""Every malformed inventory is one InventoryError line: file, line, key. Never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from clusterkit.errors import InventoryError
+from clusterkit.inventory import load_inventory
+from clusterkit.status import ExitStatus
+
+
+def error_for(tmp_path: Path, text: str | bytes) -> str:
+    path = tmp_path / "inventory.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(textwrap.dedent(text))
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    assert caught.value.exit_status == ExitStatus.USAGE
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(str(path))
+    return message[len(str(path)) :]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", ": not a YAML inventory: the file is empty"),
+        ("# only a comment\n", ": not a YAML inventory: the file is empty"),
+        ("{}\n", ": not a YAML inventory: the file is empty"),
+        ("- a\n- b\n", ":1: not a YAML inventory: the top level is a list"),
+        ("just text\n", ":1: not a YAML inventory: the top level is a str"),
+        ("plugin: aws_ec2\nregions: [x]\n", ":1: plugin: not a YAML inventory"),
+        ("all:\n  hosts:\n    123:\n", ":3: host name 123 must be a string; quote it"),
+        ("all:\n  hosts:\n    1.5:\n", ":3: host name 1.5 must be a string; quote it"),
+        ("all:\n  hosts:\n    yes:\n", ":3: host name True must be a string; quote it"),
+        ("all:\n  children:\n    7:\n", ":3: group name 7 must be a string; quote it"),
+        ("all:\n  hosts:\n    n[1-4]:\n", ":3: n[1-4]: unknown host range syntax [1-4]"),
+        ("all:\n  hosts:\n    n[01:100]:\n", ":3: n[01:100]: host range [01:100]"),
+        ("all:\n  hosts: [a, b]\n", ":2: hosts: hosts of group 'all' must be a mapping, got list"),
+        ("all:\n  vars: 5\n", ":2: vars: vars of group 'all' must be a mapping, got int"),
+        ("all:\n  hosts:\n    a: text\n", ":3: a: host variables must be a mapping, got str"),
+        ("all:\n  children:\n    g: [a]\n", ":3: g: child group 'g' must be a mapping"),
+        ("all:\n  hosts:\n    a:\n      1: x\n", ":3: a: variable name 1 must be a string"),
+        ("g:\n  vars:\n    ansible_group_priority: high\n", ":3: ansible_group_priority: must"),
+        ("g:\n  children:\n    g:\n", ":3: g: group 'g' lists itself as a child"),
+        ("all:\n  hosts:\n    a: b: 1\n", ":3: invalid YAML: mapping values are not allowed"),
+        ("all:\n  hosts: {a: [}\n", ":2: invalid YAML:"),
+        ("all:\n  hosts:\n    ? [a, b]\n    : x\n", ":3: invalid YAML: found an unhashable key"),
+        ("all:\n  vars: {x: 1}\n", ": the inventory defines no hosts"),
+        (b"all:\n  hosts:\n    \xff\xfe:\n", ": not UTF-8 text"),
+    ],
+)
+def test_malformed_inventories(tmp_path: Path, text: str | bytes, expected: str) -> None:
+    assert error_for(tmp_path, text).startswith(expected)
+
+
+def test_cycle_names_the_groups_and_the_line(tmp_path: Path) -> None:
+    message = error_for(
+        tmp_path,
+        """
+        a:
+          children:
+            b:
+        b:
+          children:
+            c:
+        c:
+          children:
+            a:
+        """,
+    )
+    assert message.startswith(":10: a: child-group cycle: 'a' is already an ancestor of 'c'")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(InventoryError, match=f"^{missing}: no such file"):
+        load_inventory(missing)
+
+
+def test_directory_instead_of_a_file(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="is a directory"):
+        load_inventory(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("all:\n  hosts:\n    a:\n")
+    path.chmod(0)
+    with pytest.raises(InventoryError, match="permission denied"):
+        load_inventory(path)
+
+
+def test_file_that_fails_to_read() -> None:
+    """Works as root too: reading /proc/self/mem fails with EIO."""
+    with pytest.raises(InventoryError, match=r"^/proc/self/mem: cannot read: "):
+        load_inventory("/proc/self/mem")
+
+
+def test_bad_yaml_in_a_group_vars_directory_names_that_file(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("gpu:\n  hosts:\n    a:\n")
+    (tmp_path / "group_vars" / "gpu").mkdir(parents=True)
+    (tmp_path / "group_vars" / "gpu" / "vars.yml").mkdir()  # a directory with an extension
+    (tmp_path / "group_vars" / "gpu" / "real.yml").write_text("x: [unclosed\n")
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    assert str(caught.value).startswith(f"{tmp_path / 'group_vars' / 'gpu' / 'real.yml'}:2:")
+
+
+def test_vars_file_that_is_not_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("all:\n  hosts:\n    a:\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "a.yml").write_text("- one\n- two\n")
+    with pytest.raises(InventoryError, match=r"host_vars/a\.yml: a vars file must hold a mapping"):
+        load_inventory(path)
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    """Through the real entry point: an InventoryError becomes one line, status 2."""
+    path = tmp_path / "inventory.yaml"
+    path.write_text("all:\n  hosts:\n    123:\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "Traceback" not in result.stderr
+    assert f"{path}:3: host name 123 must be a string; quote it" in result.stderr
