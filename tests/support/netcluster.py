@@ -269,6 +269,7 @@ class Node:
         self.host_veth = f"{cluster.prefix}v{index}"
         self.dir = cluster.dir / self.name
         self.bin_dir = self.dir / "bin"
+        self.home = self.dir / "home"
         self.gpu_state_path = self.dir / "gpu.json"
         self.sshd_config_path = self.dir / "sshd_config"
         self.host_key_path = self.dir / "ssh_host_ed25519_key"
@@ -483,6 +484,7 @@ class Node:
         run(["ip", "-n", self.netns, "link", "set", self.interface, "mtu", str(DEFAULT_MTU), "up"])
         run(["ip", "-n", self.netns, "link", "set", "lo", "up"])
         self.bin_dir.mkdir(parents=True)
+        self.home.mkdir(mode=0o700)
         self.hosts_path.parent.mkdir(parents=True, exist_ok=True)
         self.set_hosts()
         self.set_gpus()
@@ -509,7 +511,7 @@ class Node:
                     "MaxStartups 256",
                     "MaxSessions 64",
                     "LogLevel INFO",
-                    f"SetEnv PATH={self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
+                    f"SetEnv PATH={self.bin_dir}:/usr/local/bin:/usr/bin:/bin HOME={self.home}",
                     f"Subsystem sftp {SFTP_SERVER}",
                     "",
                 ]
