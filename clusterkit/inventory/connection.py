@@ -1,9 +1,10 @@
 """Ansible connection variables -> the connection fields of a Host.
 
 Aliases resolve like Ansible's ssh plugin (the later name in each list wins when both are set),
-ProxyJump / StrictHostKeyChecking / UserKnownHostsFile come out of ansible_ssh_common_args and
-ansible_ssh_extra_args (first value wins, as in OpenSSH), and a connection variable that only
-Ansible could compute (a Jinja template, a vault value) is an error, not a silent guess.
+ProxyJump / StrictHostKeyChecking / UserKnownHostsFile come out of ansible_ssh_args,
+ansible_ssh_common_args and ansible_ssh_extra_args (first value wins, as in OpenSSH), and a
+connection variable that only Ansible could compute (a Jinja template, a vault value) is an
+error, not a silent guess.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _USER = ("ansible_user", "ansible_ssh_user")
 _KEY_FILE = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 _TIMEOUT = ("ansible_timeout", "ansible_ssh_timeout")
 _HOST_KEY_CHECKING = ("ansible_host_key_checking", "ansible_ssh_host_key_checking")
-_SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # both apply, in this order
+# All apply, in the order Ansible puts them on the ssh command line.
+_SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 
 _SSH_CONNECTIONS = {"ssh", "paramiko", "paramiko_ssh", "smart"}
 _LOCAL_CONNECTIONS = {"local"}

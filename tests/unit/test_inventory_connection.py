@@ -109,6 +109,14 @@ def test_ssh_arguments(tmp_path: Path, common, extra, jump, strict, known) -> No
     assert host.user_known_hosts_file == known
 
 
+def test_ssh_args_come_before_common_args(tmp_path: Path) -> None:
+    host = host_with(
+        tmp_path,
+        {"ansible_ssh_args": "-o ProxyJump=early", "ansible_ssh_common_args": "-J late"},
+    )
+    assert host.proxy_jump == "early"
+
+
 def test_known_hosts_file_expands_home(tmp_path: Path) -> None:
     host = host_with(tmp_path, {"ansible_ssh_extra_args": "-o UserKnownHostsFile=~/kh"})
     assert host.user_known_hosts_file == os.path.expanduser("~/kh")
