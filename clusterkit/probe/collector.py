@@ -46,6 +46,20 @@ class ToolError(Exception):
     """A tool failed, was missing, or did not answer in time (message says which)."""
 
 
+# Tools run in process groups of their own (so a timeout kills a tool's children too); when
+# the probe itself is told to stop, it must take them down with it.
+_children = set()
+_children_lock = threading.Lock()
+
+
+def kill_children_and_exit(signum, frame):
+    with _children_lock:
+        for pid in _children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+    os._exit(128 + signum)
+
+
 def run_tool(argv, timeout=TOOL_TIMEOUT):
     """Run a tool in its own process group; kill the group if it outlives its timeout."""
     if shutil.which(argv[0]) is None:
@@ -60,6 +74,8 @@ def run_tool(argv, timeout=TOOL_TIMEOUT):
         )
     except OSError as error:
         raise ToolError("%s: %s" % (argv[0], error)) from None
+    with _children_lock:
+        _children.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -67,6 +83,9 @@ def run_tool(argv, timeout=TOOL_TIMEOUT):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise ToolError("timeout: %s did not answer within %.0f s" % (argv[0], timeout)) from None
+    finally:
+        with _children_lock:
+            _children.discard(proc.pid)
     if proc.returncode != 0:
         text = (out + err).decode("utf-8", "replace").strip().splitlines()
         raise ToolError("%s exited %d: %s" % (argv[0], proc.returncode, " ".join(text[-2:])[:300]))
@@ -452,6 +471,8 @@ def probe(options):
 
 
 def main(argv):
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, kill_children_and_exit)
     options = json.loads(argv[1]) if len(argv) > 1 else {}
     result = probe(options)
     sys.stdout.write(BEGIN + json.dumps(result, separators=(",", ":"), default=str) + END)
