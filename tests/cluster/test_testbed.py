@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ CONNECT = (
 LISTEN = (
     "import socket, sys\n"
     "server = socket.create_server((sys.argv[1], int(sys.argv[2])))\n"
+    "print('listening', flush=True)\n"
     "while True:\n"
     "    server.accept()[0].close()\n"
 )
@@ -42,6 +44,16 @@ def connect(source: Node, target: Node, port: int, timeout: float = 2.0) -> str:
         timeout=timeout + 10,
     )
     return result.stdout.strip() or result.stderr.strip().splitlines()[-1]
+
+
+def listen(node: Node, port: int, timeout: float = 10.0) -> None:
+    """Start a TCP listener on the node and return once it accepts connections."""
+    process = node.spawn(
+        ["/usr/bin/python3", "-c", LISTEN, node.address, str(port)], stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready and process.stdout.readline() == b"listening\n", "listener did not start"
 
 
 def fake_smi(state: dict, *args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -141,7 +153,7 @@ def test_inventory_describes_every_node(cluster: NetCluster, tmp_path: Path) -> 
 
 def test_node_to_node_tcp_works_until_one_node_drops_the_port(cluster: NetCluster) -> None:
     first, second, third = cluster.nodes[:3]
-    second.spawn(["/usr/bin/python3", "-c", LISTEN, second.address, "29500"])
+    listen(second, 29500)
     assert connect(first, second, 29500, timeout=5) == "connected"
 
     second.iptables("-I", "INPUT", "-p", "tcp", "--dport", "29500", "-j", "DROP")
