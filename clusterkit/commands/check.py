@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -21,6 +22,8 @@ from clusterkit.transport.endpoint import ConnectOptions
 def load_target(args: argparse.Namespace) -> Inventory:
     """The inventory named on the command line (limited), or this machine."""
     inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
+    for warning in inventory.warnings:  # keys Ansible would also ignore: say so, once
+        print(f"clusterkit: warning: {warning}", file=sys.stderr)
     if getattr(args, "limit", None):
         inventory = select_hosts(inventory, args.limit)
     return inventory
