@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from clusterkit.errors import TransportError
 from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline
+from clusterkit.transport.pool import register_cancellable
 
 
 class LocalTransport:
@@ -18,6 +19,7 @@ class LocalTransport:
         self.host = host
         self._env = env
         self._cancelled = threading.Event()
+        register_cancellable(self)
 
     def cancel(self) -> None:
         self._cancelled.set()

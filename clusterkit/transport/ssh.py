@@ -21,6 +21,7 @@ from clusterkit.transport.base import (
 )
 from clusterkit.transport.endpoint import Endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier
+from clusterkit.transport.pool import register_cancellable
 
 _CHUNK = 65536
 _KILL_SECONDS = 5.0
@@ -139,6 +140,7 @@ class SSHTransport:
         self._client = client
         self._hops = list(hops)  # jump-host connections, closed after the client
         self._cancelled = threading.Event()
+        register_cancellable(self)
 
     def cancel(self) -> None:
         """Make every running command kill its remote process group and return."""
