@@ -1,1 +1,1 @@
-"""Shared helpers for tests that need real daemons."""
+"""Test infrastructure: the namespace cluster and the stand-ins for hardware this machine lacks."""

@@ -566,6 +566,7 @@ class NetCluster:
         self.forward_rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
         self._spawned: list[subprocess.Popen[bytes]] = []
         self._closed = False
+        self._owner_pid = os.getpid()
         self._lock = threading.Lock()
         started = time.monotonic()
         self.subnet = self._claim_subnet(n)
@@ -650,6 +651,8 @@ class NetCluster:
 
     def close(self) -> None:
         """Kill everything the cluster started and remove every trace of it. Idempotent."""
+        if os.getpid() != self._owner_pid:
+            return  # a forked child exiting must not tear down its parent's cluster
         with self._lock:
             if self._closed:
                 return
