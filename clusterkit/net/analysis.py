@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.net.firewall import Packet, Verdict, explain
+from clusterkit.net.firewall import Packet, explain
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, failing_pairs
 from clusterkit.net.plan import NetworkOptions, master_address
@@ -306,13 +306,13 @@ class Blocked:
     role: str
     result: str
     detail: str
-    explanations: tuple[tuple[str, Verdict], ...]  # (node, verdict) on either end
+    explanations: tuple[tuple[str, str], ...]  # (node, what blocks it there) on either end
     unknown: tuple[str, ...]  # nodes whose firewall could not be read
 
     def describe(self) -> str:
         text = f"{self.source} -> {self.destination}:{self.port} {self.result}"
         if self.explanations:
-            text += " (" + "; ".join(f"{n}: {v.describe()}" for n, v in self.explanations) + ")"
+            text += " (" + "; ".join(f"{node}: {why}" for node, why in self.explanations) + ")"
         elif not self.unknown and self.result in ("timeout", "refused", "unreachable"):
             text += (
                 " (no rule on either node explains it: a filter between them or a wrong address)"
@@ -341,20 +341,34 @@ def explain_connect(
         in_interface=choices[destination].name if destination in choices else None,
         out_interface=choices[source].name if source in choices else None,
     )
-    explanations: list[tuple[str, Verdict]] = []
+    explanations: list[tuple[str, str]] = []
     unknown: list[str] = []
     if item["result"] in ("refused", "timeout", "unreachable"):
-        for node, hook in ((destination, "input"), (source, "output")):
+        low, high = (facts_by_host.get(source) or {}).get("ephemeral_range") or (32768, 60999)
+        reply = Packet(
+            source=packet.destination,
+            destination=packet.source,
+            dport=(low + high) // 2,  # the connecting socket's own port, somewhere in here
+            in_interface=packet.out_interface,
+            state="ESTABLISHED",
+        )
+        checks = (
+            (destination, packet, "input", ""),
+            (source, packet, "output", ""),
+            (source, reply, "input", " (drops the replies)"),
+        )
+        for node, probe, hook, note in checks:
             firewall = (facts_by_host.get(node) or {}).get("firewall") or {}
             if not _readable(firewall):
-                unknown.append(node)
+                if node not in unknown:
+                    unknown.append(node)
                 continue
             try:
-                verdict = explain(firewall, packet, hook)
+                verdict = explain(firewall, probe, hook)
             except ValueError:
                 verdict = None
             if verdict:
-                explanations.append((node, verdict))
+                explanations.append((node, verdict.describe() + note))
     return Blocked(
         source,
         destination,
@@ -383,52 +397,61 @@ def connect_findings(
         for item in listeners.get(master, [])
         if item["role"] in ("master_port", "rdzv_port") and item["state"] != "ok"
     }
-    for port, item in sorted(in_use.items()):
-        holder = item.get("holder") or {}
-        who = f" by pid {holder['pid']} ({holder['command']})" if holder.get("pid") else ""
+    if in_use:
+        parts, found = [], []
+        for port, item in sorted(in_use.items()):
+            holder = item.get("holder") or {}
+            who = f" by pid {holder['pid']} ({holder['command']})" if holder.get("pid") else ""
+            parts.append(f"{item['role']} {port} is already in use{who}")
+            found.append({"port": port, "role": item["role"], "holder": holder or None})
+        ports = ", ".join(str(port) for port in sorted(in_use))
         findings.append(
             finding(
                 "net.rendezvous-port-in-use",
                 Status.FAIL,
-                f"{master}: {item['role']} {port} is already in use{who}; a previous job "
-                "may still be running",
+                f"{master}: " + "; ".join(parts) + "; a previous job may still be running",
                 hosts=[master],
-                found={"port": port, "state": item["state"], "holder": holder or None},
-                remedy=f"stop the process holding port {port} on {master} or choose another "
-                f"port (clusterkit.{item['role']})",
+                found=found,
+                remedy=f"stop the process holding {ports} on {master} or choose another port "
+                "(clusterkit.master_port / clusterkit.rdzv_port)",
             )
         )
     all_blocked: list[Blocked] = []
+    reached: list[str] = []
     for port, role in options.rendezvous_ports:
         if port in in_use or master not in listeners:
             continue
-        attempts = [c for c in connects if c["role"] == role]
-        failed = [c for c in attempts if c["result"] != "ok"]
-        blocked = [explain_connect(c, facts_by_host, choices) for c in failed]
-        all_blocked += blocked
-        if blocked:
-            findings.append(
-                finding(
-                    "net.rendezvous",
-                    Status.FAIL,
-                    f"{role} {port} on {master} not reachable: "
-                    + "; ".join(b.describe() for b in blocked[:MESSAGE_PAIRS]),
-                    hosts=sorted({master} | {b.source for b in blocked}),
-                    expected=f"every node connects to {master}:{port}",
-                    found=[_blocked_dict(b) for b in blocked],
-                    remedy=f"open TCP port {port} on {master} to every node "
-                    f"(e.g. iptables -I INPUT -p tcp --dport {port} -j ACCEPT)",
-                )
+        failed = [c for c in connects if c["role"] == role and c["result"] != "ok"]
+        all_blocked += [explain_connect(c, facts_by_host, choices) for c in failed]
+        if not failed:
+            reached.append(f"{role} {port}")
+    if all_blocked:
+        ports = sorted({b.port for b in all_blocked})
+        findings.append(
+            finding(
+                "net.rendezvous",
+                Status.FAIL,
+                f"rendezvous on {master} not reachable: "
+                + "; ".join(b.describe() for b in all_blocked[:MESSAGE_PAIRS])
+                + _more(all_blocked, "; and {} more"),
+                hosts=sorted({master} | {b.source for b in all_blocked}),
+                expected=f"every node connects to {master} on "
+                + ", ".join(str(p) for p, _ in options.rendezvous_ports),
+                found=[_blocked_dict(b) for b in all_blocked],
+                remedy=f"open TCP {', '.join(map(str, ports))} on {master} to every node (e.g. "
+                f"iptables -I INPUT -p tcp -m multiport --dports {','.join(map(str, ports))} "
+                "-j ACCEPT)",
             )
-        else:
-            findings.append(
-                finding(
-                    "net.rendezvous",
-                    Status.OK,
-                    f"every node reached {role} {port} on {master}",
-                    hosts=[master],
-                )
+        )
+    elif reached:
+        findings.append(
+            finding(
+                "net.rendezvous",
+                Status.OK,
+                f"every node reached {' and '.join(reached)} on {master}",
+                hosts=[master],
             )
+        )
     findings += _mesh_findings(hosts, connects, facts_by_host, choices, all_blocked)
     return findings
 
@@ -485,32 +508,35 @@ def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:
     findings: list[Finding] = []
     by_node: dict[str, dict[str, list[str]]] = {}
     for item in blocked:
-        for node, verdict in item.explanations:
-            paths = by_node.setdefault(node, {}).setdefault(verdict.describe(), [])
+        for node, why in item.explanations:
+            paths = by_node.setdefault(node, {}).setdefault(why, [])
             paths.append(f"{item.source} -> {item.destination}:{item.port}")
-    for node, rules in sorted(by_node.items()):
-        choice = choices.get(node)
-        iface = choice.name if choice and choice.name else "the fabric interface"
-        network = str(choice.network) if choice and choice.network else "the cluster subnet"
+    if by_node:
+        parts, remedies = [], []
+        for node, rules in sorted(by_node.items()):
+            parts += [
+                f"{node}: {rule} blocks {', '.join(paths[:MESSAGE_PAIRS])}"
+                + _more(paths, " and {} more")
+                for rule, paths in rules.items()
+            ]
+            choice = choices.get(node)
+            iface = choice.name if choice and choice.name else "IFACE"
+            network = str(choice.network) if choice and choice.network else "CLUSTER-SUBNET"
+            remedies.append(
+                f"on {node}: iptables -I INPUT -i {iface} -s {network} -p tcp -j ACCEPT"
+            )
         findings.append(
             finding(
                 "net.firewall",
                 Status.FAIL,
-                f"{node}: "
-                + "; ".join(
-                    f"{rule} blocks {', '.join(paths[:MESSAGE_PAIRS])}"
-                    + (
-                        f" and {len(paths) - MESSAGE_PAIRS} more"
-                        if len(paths) > MESSAGE_PAIRS
-                        else ""
-                    )
-                    for rule, paths in rules.items()
-                ),
-                hosts=[node],
-                found={rule: paths for rule, paths in rules.items()},
-                remedy=f"on {node}: allow all TCP from the cluster nodes on {iface}, e.g. "
-                f"iptables -I INPUT -i {iface} -s {network} -p tcp -j ACCEPT (and the "
-                "rendezvous ports on the master)",
+                "; ".join(parts),
+                hosts=sorted(by_node),
+                found={
+                    node: {rule: paths for rule, paths in rules.items()}
+                    for node, rules in sorted(by_node.items())
+                },
+                remedy="allow all TCP between the cluster nodes on the collective interface and "
+                "the rendezvous ports on the master: " + "; ".join(remedies),
             )
         )
     unknown = sorted({node for item in blocked for node in item.unknown})
@@ -541,15 +567,6 @@ def _blocked_dict(item: Blocked) -> dict[str, Any]:
         "role": item.role,
         "result": item.result,
         "detail": item.detail,
-        "explained_by": [
-            {
-                "node": node,
-                "tool": verdict.tool,
-                "chain": verdict.chain,
-                "rule": verdict.rule,
-                "action": verdict.action,
-            }
-            for node, verdict in item.explanations
-        ],
+        "explained_by": [{"node": node, "cause": why} for node, why in item.explanations],
         "firewall_unknown": list(item.unknown),
     }

@@ -61,6 +61,7 @@ class Packet:
     dport: int
     in_interface: str | None = None
     out_interface: str | None = None
+    state: str = "NEW"  # conntrack state: NEW for the SYN, ESTABLISHED for its replies
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def _parse_iptables_rule(text: str, tokens: list[str]) -> _Rule:
         ):
             test = _port_test(value)
         elif token in ("--state", "--ctstate"):
-            test = _constant("NEW" in value.upper().split(","))
+            test = _state_test(value.upper().split(","))
         elif token in ("--src-range", "--dst-range"):
             test = _range_test(value, "source" if token == "--src-range" else "destination")
         elif token == "-m":
@@ -237,6 +238,10 @@ def _walk(table: _Table, chain: str, packet: Packet, depth: int):
 
 def _constant(value: bool):
     return lambda _packet: value
+
+
+def _state_test(states: list[str]):
+    return lambda packet: packet.state in states
 
 
 def _negated(test):
@@ -482,7 +487,7 @@ def _nft_match(key: str, values: Iterable[str], packet: Packet, version: int) ->
         )
     if key == "ct state":
         states = {part for value in values for part in value.split(",")}
-        return "new" in states
+        return packet.state.lower() in states
     return None
 
 

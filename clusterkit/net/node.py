@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ FIREWALL_TOOLS = (
 )
 FIREWALL_TEXT_CAP = 1024 * 1024
 TCP_LISTEN_STATE = "0A"
+SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
 def emit(payload):
@@ -49,11 +51,20 @@ def emit(payload):
     out.flush()
 
 
+def find_tool(name):
+    """Firewall tools live in sbin, which a non-login SSH session's PATH often lacks."""
+    path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(SBIN_DIRS)
+    return shutil.which(name, path=path)
+
+
 def run_tool(argv, timeout):
     """Run an external tool in its own process group; kill the whole group at the bound."""
+    executable = find_tool(argv[0])
+    if executable is None:
+        return {"state": "absent", "reason": argv[0] + " not found"}
     try:
         proc = subprocess.Popen(
-            argv,
+            [executable, *argv[1:]],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -369,6 +380,9 @@ class Listener:
                 conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
                 with self.lock:
                     self.seen.add(parts[1])
+                # Let the peer close first: TIME_WAIT then stays on its ephemeral port, not
+                # on ours, so a job binding the rendezvous port right after us is not refused.
+                conn.recv(16)
         except OSError:
             pass
         finally:
@@ -440,6 +454,10 @@ def probe_target(target, source, name, connect_timeout, window_end):
         attempts += 1
         budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
         result, detail = connect_once(target, source, budget, name)
+        if result == "timeout" and attempts > 1:
+            # Refused before, silent now: the kernel rate-limits the ICMP errors of REJECT.
+            result, detail = "refused", "refused on every attempt (%d)" % (attempts - 1)
+            break
         if result != "refused" or time.monotonic() + 0.2 >= window_end:
             break
         time.sleep(0.2)

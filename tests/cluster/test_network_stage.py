@@ -1,0 +1,278 @@
+"""The network stage against real hosts: namespaces with sshd, real iptables faults, real SSH.
+
+Every fault is injected for real and the findings must name the node, the pair, the port and
+the rule; afterwards no process or listener of the stage may remain on any node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.inventory.loader import load_inventory
+from clusterkit.net.stage import run_network_stage
+from clusterkit.transport.base import Deadline
+from clusterkit.transport.connect import connect_all
+from clusterkit.transport.endpoint import ConnectOptions
+from tests.support.netcluster import NetCluster, Node, unavailable_reason
+
+pytestmark = pytest.mark.cluster
+
+CONNECT_TIMEOUT = 2.0
+NODE_PYTHON = "/usr/bin/python3"  # what a stock Debian node has; starts fast
+
+
+@pytest.fixture(scope="module")
+def netcluster() -> Iterator[NetCluster]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no test cluster here: {reason}")
+    with NetCluster(4) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(netcluster: NetCluster) -> Iterator[NetCluster]:
+    netcluster.reset()
+    yield netcluster
+    netcluster.reset()
+
+
+def run_stage(cluster: NetCluster, tmp_path: Path, **clusterkit) -> tuple[dict, dict]:
+    """Run the stage over real SSH; findings by id (several per id kept in a list)."""
+    settings = {"network": {"connect_timeout": CONNECT_TIMEOUT}, **clusterkit}
+    path = cluster.inventory(
+        tmp_path / "inventory.yaml", python_interpreter=NODE_PYTHON, clusterkit=settings
+    )
+    inventory = load_inventory(path)
+    connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
+    assert not connections.failures
+    try:
+        findings, raw = run_network_stage(connections.transports, inventory, {}, Deadline.after(90))
+    finally:
+        connections.close()
+    by_id: dict[str, list[Finding]] = {}
+    for item in findings:
+        by_id.setdefault(item.id, []).append(item)
+    return by_id, raw
+
+
+def only(by_id: dict, check_id: str) -> Finding:
+    assert len(by_id.get(check_id, [])) == 1, (check_id, by_id.get(check_id))
+    return by_id[check_id][0]
+
+
+def not_failing(by_id: dict) -> list[str]:
+    return [
+        f"{f.id}: {f.message}"
+        for items in by_id.values()
+        for f in items
+        if f.status in (Status.FAIL, Status.ERROR)
+    ]
+
+
+def listeners(node: Node) -> set[int]:
+    output = node.exec(["ss", "-Hltn"], check=True).stdout
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in output.splitlines() if line}
+
+
+def assert_nothing_left(cluster: NetCluster, keep: set[int] = frozenset(), ports=()) -> None:
+    """No stage process and no listener but sshd's (and the test's own, when named)."""
+    time.sleep(0.2)  # sshd reaps its session children asynchronously
+    for node in cluster:
+        leftovers = [p.command for p in node.processes() if p.pid not in keep]
+        assert leftovers == [], (node.name, leftovers)
+        assert listeners(node) - {22, *ports} == set(), node.name
+
+
+def test_healthy_cluster_passes(cluster: NetCluster, tmp_path: Path) -> None:
+    by_id, raw = run_stage(cluster, tmp_path)
+    assert not_failing(by_id) == []
+    assert all(f.status is Status.OK for items in by_id.values() for f in items), by_id
+    for check_id in ("net.interface", "net.mtu", "net.master-resolve", "net.master-address",
+                     "net.rendezvous", "net.mesh", "net.hostname-loopback"):  # fmt: skip
+        assert only(by_id, check_id).status is Status.OK
+    assert {cell for row in raw["matrix"].values() for cell in row.values()} == {"ok"}
+    assert raw["nodes"]["node3"]["interface"]["address"] == cluster["node3"].address
+    assert_nothing_left(cluster)
+
+
+def test_master_dropping_rendezvous_ports_times_out_and_names_the_rule(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    rule = ["-A", "INPUT", "-p", "tcp", "-m", "multiport", "--dports", "29500,29400", "-j", "DROP"]
+    cluster["node1"].iptables(*rule)
+    by_id, raw = run_stage(cluster, tmp_path)
+
+    rendezvous = only(by_id, "net.rendezvous")
+    assert rendezvous.status is Status.FAIL
+    assert {(b["from"], b["port"], b["result"]) for b in rendezvous.found} == {
+        (node, port, "timeout") for node in ("node1", "node2", "node3", "node4")
+        for port in (29500, 29400)
+    }  # fmt: skip
+    for attempt in raw["connects"]:
+        if attempt["role"] in ("master_port", "rdzv_port"):
+            assert attempt["seconds"] <= CONNECT_TIMEOUT + 0.5, attempt
+    firewall = only(by_id, "net.firewall")
+    assert firewall.hosts == ["node1"]
+    assert "node1: INPUT rule -A INPUT -p tcp -m multiport --dports 29500,29400 -j DROP" in (
+        firewall.message
+    )
+    assert "node2 -> node1:29500" in firewall.message
+    assert only(by_id, "net.mesh").status is Status.OK
+    assert_nothing_left(cluster)
+
+
+def failing_cells(raw: dict) -> dict[tuple[str, str], str]:
+    return {
+        (src, dst): cell
+        for src, row in raw["matrix"].items()
+        for dst, cell in row.items()
+        if cell != "ok"
+    }
+
+
+def test_one_node_rejecting_high_ports_from_one_peer_shows_that_pair_only(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    node2, node4 = cluster["node2"], cluster["node4"]
+    node4.iptables("-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                   "-j", "ACCEPT")  # fmt: skip
+    node4.iptables(
+        "-A", "INPUT", "-s", node2.address, "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"
+    )
+    ssh = subprocess.run(node2.ssh_argv("true"), capture_output=True, timeout=20, check=False)
+    assert ssh.returncode == 0  # SSH to the node stays open: only high ports are blocked
+    by_id, raw = run_stage(cluster, tmp_path)
+
+    assert failing_cells(raw) == {("node2", "node4"): "refused"}
+    mesh = only(by_id, "net.mesh")
+    assert mesh.status is Status.FAIL
+    assert {(b["from"], b["to"]) for b in mesh.found} == {("node2", "node4")}
+    assert mesh.found[0]["port"] == raw["nodes"]["node4"]["mesh_port"]
+    assert f"node2 -> node4:{mesh.found[0]['port']} refused" in mesh.message
+    firewall = only(by_id, "net.firewall")
+    assert firewall.hosts == ["node4"]
+    assert (
+        f"node4: INPUT rule -A INPUT -s {node2.address}/32 -p tcp -m tcp --dport 1024:65535 "
+        "-j REJECT --reject-with icmp-port-unreachable blocks node2 -> node4:" in firewall.message
+    )
+    assert only(by_id, "net.rendezvous").status is Status.OK
+    assert any("node2 -> node4: refused" in line for line in raw["matrix_lines"]) or any(
+        line.startswith(" 2 node2") and line.split()[-1] == "R" for line in raw["matrix_lines"]
+    )
+    assert_nothing_left(cluster)
+
+
+def test_stateless_reject_also_breaks_the_reverse_path_and_says_why(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """Without an ESTABLISHED rule, the same REJECT also eats the replies to node4's own
+    connects to node2: both directions fail and both are traced to the one rule."""
+    node2, node4 = cluster["node2"], cluster["node4"]
+    node4.iptables(
+        "-A", "INPUT", "-s", node2.address, "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"
+    )
+    by_id, raw = run_stage(cluster, tmp_path)
+
+    assert failing_cells(raw) == {("node2", "node4"): "refused", ("node4", "node2"): "timeout"}
+    firewall = only(by_id, "net.firewall")
+    assert firewall.hosts == ["node4"]
+    assert "(drops the replies) blocks node4 -> node2:" in firewall.message
+    assert_nothing_left(cluster)
+
+
+def test_mtu_mismatch_on_one_node(cluster: NetCluster, tmp_path: Path) -> None:
+    cluster["node3"].set_mtu(1400)
+    by_id, _raw = run_stage(cluster, tmp_path)
+    mtu = only(by_id, "net.mtu")
+    assert mtu.status is Status.FAIL
+    assert mtu.hosts == ["node3"]
+    assert (mtu.expected, mtu.found) == (1500, {"node3": 1400})
+    assert "node3 eth0 mtu 1400" in mtu.message
+    assert_nothing_left(cluster)
+
+
+def test_master_name_resolving_to_a_wrong_address_on_one_node(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    wrong = f"{cluster.subnet}.250"
+    cluster["node2"].set_hosts(node1=wrong)
+    by_id, _raw = run_stage(cluster, tmp_path)
+
+    resolve = only(by_id, "net.master-resolve")
+    assert resolve.status is Status.FAIL
+    assert resolve.hosts == ["node2"]
+    assert resolve.found == {"node2": wrong}
+    assert resolve.expected == cluster["node1"].address
+    rendezvous = only(by_id, "net.rendezvous")
+    assert rendezvous.status is Status.FAIL
+    assert {b["from"] for b in rendezvous.found} == {"node2"}
+    assert {b["result"] for b in rendezvous.found} <= {"timeout", "unreachable"}
+    assert only(by_id, "net.master-address").status is Status.OK
+    assert_nothing_left(cluster)
+
+
+def test_rendezvous_port_already_taken_on_master(cluster: NetCluster, tmp_path: Path) -> None:
+    holder = cluster["node1"].spawn(
+        [NODE_PYTHON, "-c",
+         "import socket, time\n"
+         "s = socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(120)"],
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while 29500 not in listeners(cluster["node1"]):
+        assert time.monotonic() < deadline, "the stand-in job never listened"
+        time.sleep(0.05)
+    by_id, _raw = run_stage(cluster, tmp_path)
+
+    in_use = only(by_id, "net.rendezvous-port-in-use")
+    assert in_use.status is Status.FAIL
+    assert in_use.hosts == ["node1"]
+    assert [(item["port"], item["holder"]["pid"]) for item in in_use.found] == [(29500, holder.pid)]
+    assert f"pid {holder.pid}" in in_use.message
+    assert "net.firewall" not in by_id  # a port in use is not a firewall problem
+    rendezvous = only(by_id, "net.rendezvous")
+    assert rendezvous.status is Status.OK and "29400" in rendezvous.message
+    assert_nothing_left(cluster, keep={holder.pid}, ports={29500})
+
+
+def test_missing_interface_name_on_one_node(cluster: NetCluster, tmp_path: Path) -> None:
+    node3 = cluster["node3"]
+    rename = ["ip", "-n", node3.netns, "link", "set", "dev"]
+    subprocess.run([*rename, "eth0", "down", "name", "fab9"], check=True, timeout=20)
+    subprocess.run([*rename, "fab9", "up"], check=True, timeout=20)
+    try:
+        by_id, raw = run_stage(cluster, tmp_path)
+    finally:
+        subprocess.run([*rename, "fab9", "down", "name", "eth0"], check=True, timeout=20)
+        subprocess.run([*rename, "eth0", "up"], check=True, timeout=20)
+    interface = only(by_id, "net.interface")
+    assert interface.status is Status.FAIL
+    assert interface.hosts == ["node3"]
+    assert "node3: no interface matches clusterkit.interface=eth0 (has: fab9, lo)" in (
+        interface.message
+    )
+    assert raw["nodes"]["node3"]["interface"]["name"] is None
+    assert_nothing_left(cluster)
+
+
+def test_unreachable_node_is_an_error_not_a_pass(cluster: NetCluster, tmp_path: Path) -> None:
+    path = cluster.inventory(tmp_path / "inventory.yaml", python_interpreter=NODE_PYTHON)
+    inventory = load_inventory(path)
+    connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
+    transports = dict(connections.transports)
+    transports.pop("node4")
+    try:
+        findings, raw = run_network_stage(transports, inventory, {}, Deadline.after(60))
+    finally:
+        connections.close()
+    errors = [f for f in findings if f.id == "net.stage"]
+    assert [(f.status, f.hosts) for f in errors] == [(Status.ERROR, ["node4"])]
+    assert raw["matrix"]["node1"]["node4"] == "untested"
+    assert raw["matrix"]["node1"]["node2"] == "ok"
+    assert_nothing_left(cluster)
