@@ -518,26 +518,19 @@ def _failure_findings(
             )
         )
     never = [run.host for run in runs if not reports[run.host].joined]
-    if never and len(never) < len(runs):
+    if never:
+        everyone = len(never) == len(runs)
         findings.append(
             Finding(
                 "bench.not-joined",
                 Status.ERROR,
-                f"no rank joined from {', '.join(never)}",
+                "no rank joined on any node: the rendezvous never completed"
+                if everyone
+                else f"no rank joined from {', '.join(never)}",
                 hosts=never,
                 stage=STAGE,
-                remedy="check that the node reaches the master port and the interface "
-                "(clusterkit.interface) is right",
-            )
-        )
-    elif never and not findings:
-        findings.append(
-            Finding(
-                "bench.not-joined",
-                Status.ERROR,
-                "no rank joined on any node",
-                hosts=never,
-                stage=STAGE,
+                remedy="check that every node reaches the master port, that all TCP between "
+                "nodes on clusterkit.interface is open, and the network stage findings",
             )
         )
     return findings

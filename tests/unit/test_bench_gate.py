@@ -1,0 +1,253 @@
+"""The gate: threshold precedence and table, slowest-rank verdict, NCCL log warnings,
+and attribution of a failed run to the node that failed first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusterkit.bench import gate
+from clusterkit.bench.launcher import NodeRun, _failure_findings, read_node, split_nccl_logs
+from clusterkit.bench.worker import summarise
+from clusterkit.checks.model import Status
+from clusterkit.transport.base import CommandResult, Deadline
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _node(gpus: int = 8, model: str = "NVIDIA H100 80GB HBM3", nvlink=True, ports=()) -> dict:
+    return {
+        "gpus": {"count": gpus, "devices": [{"name": model}] * gpus, "nvlink": nvlink},
+        "infiniband": {
+            "devices": [
+                {"name": f"mlx5_{i}", "ports": [{"state": state, "rate_gbps": rate,
+                                                  "link_layer": layer}]}
+                for i, (state, rate, layer) in enumerate(ports)
+            ]
+        },
+    }  # fmt: skip
+
+
+IB400 = [("ACTIVE", 400, "InfiniBand")] * 8
+
+
+def test_table_ships_with_the_package() -> None:
+    table = gate.threshold_table()
+    assert table["gate_fraction"] == 0.9
+    assert table["per_rdma_nic_gbps"]["400"]["healthy"][0] == 46
+    assert table["source"] and table["date"]
+
+
+def test_single_node_nvlink_h100_default() -> None:
+    fabric = gate.detect_fabric({"n1": _node()})
+    threshold = gate.fabric_default(fabric)
+    assert threshold.value == pytest.approx(0.9 * 365)
+    assert threshold.source == "fabric default"
+    assert "NVLink" in threshold.detail and "H100" in threshold.detail
+
+
+def test_multi_node_ib_takes_the_weaker_of_nvlink_and_nics() -> None:
+    eight_200 = [("ACTIVE", 200, "InfiniBand")] * 8
+    facts = {"n1": _node(ports=IB400), "n2": _node(ports=eight_200)}
+    fabric = gate.detect_fabric(facts)
+    assert fabric.rdma_port_rates == (200.0,) * 8  # the poorest node decides
+    assert gate.fabric_default(fabric).value == pytest.approx(0.9 * 8 * 24)
+    both_400 = gate.detect_fabric({"n1": _node(ports=IB400), "n2": _node(ports=IB400)})
+    assert gate.fabric_default(both_400).value == pytest.approx(0.9 * 365)  # NVLink bound
+
+
+def test_down_ports_do_not_count_and_roce_is_named() -> None:
+    ports = [("DOWN", 400, "InfiniBand"), ("ACTIVE", 100, "Ethernet")]
+    fabric = gate.detect_fabric({"n1": _node(ports=ports), "n2": _node(ports=ports)})
+    threshold = gate.fabric_default(fabric)
+    assert threshold.value == pytest.approx(0.9 * 12)
+    assert "RoCE" in threshold.detail
+
+
+def test_multi_node_without_rdma_is_tcp() -> None:
+    fabric = gate.detect_fabric({"n1": _node(), "n2": _node()})
+    threshold = gate.fabric_default(fabric)
+    assert threshold.value == pytest.approx(0.9 * 4)
+    assert "TCP" in threshold.detail
+
+
+def test_pcie_only_and_unknown_nvlink() -> None:
+    pcie = gate.detect_fabric({"n1": _node(gpus=4, model="NVIDIA L4", nvlink=False)})
+    assert gate.fabric_default(pcie).value == pytest.approx(0.9 * 24)
+    unknown = gate.detect_fabric({"n1": _node(gpus=4, model="NVIDIA L4", nvlink=None)})
+    assert gate.fabric_default(unknown).value is None
+
+
+def test_cpu_has_no_default() -> None:
+    fabric = gate.detect_fabric({"n1": {"gpus": {"count": 0, "devices": []}}})
+    assert gate.fabric_default(fabric).value is None
+
+
+def _resolve(**overrides):
+    arguments = {
+        "flag": None,
+        "environ": {},
+        "inventory_bench": None,
+        "fabric": gate.detect_fabric({"n1": _node()}),
+        "backend": "nccl",
+    }
+    arguments.update(overrides)
+    return gate.resolve_threshold(**arguments)
+
+
+def test_precedence_flag_env_inventory_fabric() -> None:
+    environ = {"NCCL_TESTS_MIN_BW": "100"}
+    inventory = {"min_busbw": 50}
+    assert _resolve(flag=7.0, environ=environ, inventory_bench=inventory).source == "--min-busbw"
+    from_env = _resolve(environ=environ, inventory_bench=inventory)
+    assert from_env.source == "NCCL_TESTS_MIN_BW"
+    assert from_env.value == pytest.approx(90.0)  # the nccl-tests 0.9 rule
+    from_inventory = _resolve(inventory_bench=inventory)
+    assert (from_inventory.source, from_inventory.value) == ("inventory", 50.0)
+    assert _resolve().source == "fabric default"
+
+
+def test_gloo_reports_only_unless_told() -> None:
+    assert _resolve(backend="gloo").value is None
+    assert _resolve(backend="gloo", flag=0.5).value == 0.5
+    assert _resolve(backend="gloo", environ={"NCCL_TESTS_MIN_BW": "bad"}).value is None
+
+
+def _result(times: list[float], ranks: int | None = None) -> dict:
+    ranks = ranks or len(times)
+    devices = [{"rank": r, "host": f"node{r + 1}"} for r in range(ranks)]
+    per_rank = [[t] for t in times]
+    results = summarise([64 * 1024**2], "float", 4, ranks, per_rank, [[0]] * ranks, devices)
+    return {"results": results, "devices": devices, "config": {"validation": 1}}
+
+
+def test_verdict_reads_the_slowest_rank() -> None:
+    result = _result([0.010, 0.010, 0.020])
+    slowest_busbw = result["results"][0]["slowest"]["bus_bw"]
+    verdict = gate.evaluate(result, gate.Threshold(slowest_busbw * 1.01, "--min-busbw", "x"))
+    assert verdict.passed is False
+    assert verdict.slowest_host == "node3"
+    finding = gate.busbw_finding(verdict, ["node1", "node2", "node3"])
+    assert finding.status is Status.FAIL and finding.hosts == ["node3"]
+    assert "--min-busbw" not in finding.message or "x" in finding.message
+    passing = gate.evaluate(result, gate.Threshold(slowest_busbw * 0.99, "--min-busbw", "x"))
+    assert passing.passed is True
+    assert gate.busbw_finding(passing, ["node1"]).status is Status.OK
+
+
+def test_gate_size_picks_the_largest_row_that_fits() -> None:
+    devices = [{"rank": r, "host": f"n{r}"} for r in range(2)]
+    results = summarise([1024, 4096, 16384], "float", 4, 2, [[1e-5] * 3] * 2, [[0] * 3] * 2,
+                        devices)  # fmt: skip
+    result = {"results": results, "devices": devices}
+    assert gate.gate_row(result)["size"] == 16384
+    assert gate.gate_row(result, 5000)["size"] == 4096
+
+
+def test_one_rank_is_not_applicable_and_no_threshold_reports_only() -> None:
+    single = gate.evaluate(_result([0.01]), gate.Threshold(1.0, "--min-busbw", "x"))
+    assert single.passed is None and gate.busbw_finding(single, ["a"]).status is Status.SKIP
+    report = gate.evaluate(_result([0.01, 0.01]), gate.Threshold(None, "none", "gloo"))
+    assert report.passed is None and gate.busbw_finding(report, ["a"]).status is Status.OK
+
+
+def test_slow_rank_is_named() -> None:
+    warning = gate.slow_rank_finding(_result([0.010, 0.011, 0.010, 0.020]))
+    assert warning is not None and warning.hosts == ["node4"]
+    assert gate.slow_rank_finding(_result([0.010, 0.011, 0.010, 0.011])) is None
+
+
+def test_wrong_elements_fail_correctness() -> None:
+    result = _result([0.01, 0.01])
+    result["results"][0]["in_place"]["nwrong"] = 5
+    finding = gate.correctness_finding(result, ["a", "b"])
+    assert finding.status is Status.FAIL and finding.found == 5
+
+
+SOCKET_LOG = """\
+Meowth:10107:10107 [0] NCCL INFO Bootstrap : Using eth0:192.168.0.183<0>
+NCCL version 2.16.5+cuda11.8
+Meowth:10107:10122 [0] NCCL INFO Failed to open libibverbs.so[.1]
+Meowth:10107:10122 [0] NCCL INFO NET/Socket : Using [0]eth0:192.168.0.183<0> \
+[1]virbr0:192.168.122.1<0>
+Meowth:10107:10122 [0] NCCL INFO Using network Socket
+"""
+IB_LOG = """\
+gpu1:20:20 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>
+gpu1:20:20 [0] NCCL INFO Using network IB
+gpu1:20:31 [0] NCCL WARN NET/IB : Got async event : port error
+"""
+
+
+def test_nccl_log_parsing() -> None:
+    socket = gate.parse_nccl_log(SOCKET_LOG)
+    assert socket.version == "2.16.5+cuda11.8"
+    assert socket.networks == {"Socket"}
+    assert socket.socket_interfaces == ["eth0", "virbr0"]
+    ib = gate.parse_nccl_log(IB_LOG)
+    assert ib.networks == {"IB"} and ib.ib_devices == ["mlx5_0:1", "mlx5_1:1"]
+    assert ib.warnings == ["NET/IB : Got async event : port error"]
+
+
+def test_socket_transport_with_ib_present_warns_for_that_host() -> None:
+    logs = {"n1": gate.parse_nccl_log(SOCKET_LOG), "n2": gate.parse_nccl_log(IB_LOG)}
+    facts = {"n1": _node(ports=IB400), "n2": _node(ports=IB400)}
+    finding = gate.socket_transport_finding(logs, facts)
+    assert finding is not None and finding.hosts == ["n1"] and finding.status is Status.WARN
+    no_ib = {"n1": _node(), "n2": _node()}
+    assert gate.socket_transport_finding(logs, no_ib) is None
+
+
+def test_debug_only_variables_warn() -> None:
+    finding = gate.debug_vars_finding({"n1": {"NCCL_P2P_DISABLE": "1"}, "n2": {"PATH": "/bin"}})
+    assert finding is not None and finding.hosts == ["n1"]
+    assert "NCCL_P2P_DISABLE=1" in finding.message
+    assert gate.debug_vars_finding({"n1": {"NCCL_DEBUG": "INFO"}}) is None
+
+
+def _run(host: str, rank: int, stderr: bytes, code: int | None, ended: float, killed=False):
+    run = NodeRun(host, rank)
+    run.result = CommandResult(host, code, b"", stderr, timed_out=code is None)
+    run.ended_at, run.killed = ended, killed
+    return run
+
+
+def test_torchrun_root_cause_is_read_from_real_output() -> None:
+    stderr = (FIXTURES / "bench" / "torchrun-rank-sigkill.stderr.txt").read_bytes()
+    report = read_node(_run("node2", 1, stderr, 1, 1.0))
+    assert report.root_causes == [(2, -9, "SIGKILL")]
+
+
+def test_the_node_whose_rank_died_is_blamed_not_the_ones_stopped() -> None:
+    stderr = (FIXTURES / "bench" / "torchrun-rank-sigkill.stderr.txt").read_bytes()
+    gloo_error = (
+        b"clusterkit-bench: error rank-failed: rank 0 on node1: Connection closed by peer\n"
+    )
+    runs = [
+        _run("node1", 0, gloo_error, 1, 2.0),
+        _run("node2", 1, stderr, 1, 3.0),  # returned later, but a rank died by signal
+        _run("node3", 2, b"", None, 5.0, killed=True),
+    ]
+    findings = _failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
+    failed = next(f for f in findings if f.id == "bench.rank-failed")
+    assert failed.status is Status.FAIL and failed.hosts == ["node2"]
+    assert "rank 2 on node2 died (signal 9 SIGKILL)" in failed.message
+    assert "node3" in failed.message  # stopped by clusterkit, listed
+
+
+def test_nothing_joined_and_deadline() -> None:
+    runs = [_run("node1", 0, b"", None, 5.0, killed=True), _run("node2", 1, b"", None, 5.0, True)]
+    findings = _failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(0))
+    assert [f.id for f in findings] == ["bench.timeout", "bench.not-joined"]
+    assert all(f.status is Status.ERROR for f in findings)
+
+
+def test_nccl_log_sections_are_split_from_stderr() -> None:
+    stderr = (
+        "own line\n\n--clusterkit-nccl-log-- nccl.a.1.log\nNCCL INFO x\n"
+        "--clusterkit-nccl-log-end--\n"
+    )
+    own, logs = split_nccl_logs(stderr)
+    assert "own line" in own and "NCCL INFO" not in own
+    assert logs.strip() == "NCCL INFO x"
