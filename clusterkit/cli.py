@@ -210,6 +210,36 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 def _add_image(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("image", help="lock, render, build, push and verify pinned images")
     parser.set_defaults(handler="clusterkit.commands.image:run")
+    steps = parser.add_subparsers(dest="image_command", metavar="STEP", parser_class=_Parser)
+    spec_help = "spec folder or image.yaml (default: every images/*/image.yaml)"
+    lock = steps.add_parser("lock", help="resolve the base digest and hashed requirements")
+    lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
+    lock.add_argument("--check", action="store_true", help="exit 1 when a lock is stale")
+    lock.add_argument(
+        "--offline", action="store_true", help="take the base digest from the spec's pin"
+    )
+    render = steps.add_parser("render", help="generate the Dockerfile and pip files")
+    render.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
+    render.add_argument("--check", action="store_true", help="exit 1 on drift")
+    for name, text in (
+        ("build", "build through the Docker Engine API"),
+        ("push", "push every tag; print and record the digest"),
+        ("verify", "run the image and compare it with the lock"),
+    ):
+        step = steps.add_parser(name, help=text)
+        step.add_argument("specs", nargs=1, metavar="SPEC", help="spec folder or image.yaml")
+        step.add_argument("--repository", help="override the spec's repository")
+        step.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+        if name != "verify":
+            step.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
+    build, push, verify = (steps.choices[name] for name in ("build", "push", "verify"))
+    build.add_argument("--no-cache", action="store_true", help="ignore the layer cache")
+    build.add_argument("--revision", help="org.opencontainers.image.revision (default: git)")
+    push.add_argument("--digest-file", metavar="FILE", help="write the pushed digest as JSON")
+    verify.add_argument("--reference", help="image to run (default: the spec-hash tag)")
+    verify.add_argument(
+        "--timeout", type=_positive_float, default=120.0, metavar="SECONDS", help="run deadline"
+    )
 
 
 def _add_cost(sub: argparse._SubParsersAction) -> None:
@@ -299,7 +329,11 @@ def _add_provision(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="clusterkit", description=__doc__)
+    parser = _Parser(
+        prog="clusterkit",
+        description="Decide whether a multi-node PyTorch job can go ahead, and make it so. "
+        "Exit status: 0 pass, 1 a check failed, 2 bad input, 3 incomplete, 130 interrupted.",
+    )
     parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for add in (_add_check, _add_bench, _add_image, _add_cost, _add_provision):

@@ -1,0 +1,160 @@
+"""`clusterkit image lock|render|build|push|verify`: spec -> pushed, verified, labelled image."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+
+from clusterkit.errors import ConfigError
+from clusterkit.image import lock as lockmod
+from clusterkit.image.render import drifted, write_rendered
+from clusterkit.image.spec import ImageSpec, find_specs, load_spec
+from clusterkit.status import ExitStatus
+
+out = Console(highlight=False, soft_wrap=True)
+
+
+def _specs(args: argparse.Namespace) -> list[ImageSpec]:
+    paths = args.specs or find_specs()
+    if not paths:
+        raise ConfigError("no image specs given and none under images/")
+    return [load_spec(path) for path in paths]
+
+
+def _lock(args: argparse.Namespace) -> ExitStatus:
+    status = ExitStatus.PASSED
+    for spec in _specs(args):
+        if args.check:
+            reason = lockmod.stale_reason(spec)
+            if reason:
+                out.print(f"{spec.lock_path}: stale: {reason}", markup=False)
+                status = ExitStatus.FAILED
+            else:
+                out.print(f"{spec.lock_path}: current", markup=False)
+            continue
+        from clusterkit.image.engine import registry_digest
+
+        digest, source = lockmod.resolve_base(spec, registry_digest, offline=args.offline)
+        lock = lockmod.build_lock(spec, digest, source, lockmod.resolve_packages(spec))
+        spec.lock_path.write_text(lockmod.dumps(lock))
+        torch = lock["torch"]
+        out.print(
+            f"{spec.lock_path}: {len(lock['packages'])} packages, torch {torch['version']}, "
+            f"CUDA {torch['cuda'] or '-'}, NCCL {torch['nccl'] or '-'}, "
+            f"min driver {torch['min_driver'] or '-'}",
+            markup=False,
+        )
+    return status
+
+
+def _render(args: argparse.Namespace) -> ExitStatus:
+    status = ExitStatus.PASSED
+    for spec in _specs(args):
+        reason = lockmod.stale_reason(spec)
+        if reason:
+            raise ConfigError(f"{spec.lock_path}: {reason}", hint="run `clusterkit image lock`")
+        lock = lockmod.read_lock(spec)
+        if args.check:
+            files = drifted(spec, lock)
+            if files:
+                out.print(f"{spec.directory}: drifted: {', '.join(files)}", markup=False)
+                status = ExitStatus.FAILED
+            else:
+                out.print(f"{spec.directory}: rendered files current", markup=False)
+            continue
+        for path in write_rendered(spec, lock):
+            out.print(f"wrote {path}", markup=False)
+    return status
+
+
+def _revision(spec: ImageSpec) -> str:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(spec.directory), "rev-parse", "HEAD"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return done.stdout.decode().strip() if done.returncode == 0 else "unknown"
+
+
+def _one_spec(args: argparse.Namespace) -> ImageSpec:
+    specs = _specs(args)
+    if len(specs) != 1:
+        raise ConfigError(f"`image {args.image_command}` takes exactly one spec")
+    return specs[0]
+
+
+def _build(args: argparse.Namespace) -> ExitStatus:
+    from clusterkit.image.build import build_image, image_references
+    from clusterkit.image.engine import api_client
+
+    spec = _one_spec(args)
+    references = image_references(spec, args.repository, args.tag)
+    built = build_image(
+        api_client(),
+        spec,
+        references,
+        revision=args.revision or _revision(spec),
+        no_cache=args.no_cache,
+        quiet=args.quiet,
+    )
+    out.print(
+        f"built {built.image_id} ({built.cached_steps} cached step(s) of {built.steps}): "
+        + ", ".join(built.references),
+        markup=False,
+    )
+    return ExitStatus.PASSED
+
+
+def _push(args: argparse.Namespace) -> ExitStatus:
+    from clusterkit.image.build import image_references, push_image
+    from clusterkit.image.engine import api_client
+
+    spec = _one_spec(args)
+    api = api_client()
+    references = image_references(spec, args.repository, args.tag)
+    digest = ""
+    for reference in references:
+        digest = push_image(api, reference, quiet=args.quiet)
+        out.print(f"pushed {reference} {digest}", markup=False)
+    repository = references[0].rpartition(":")[0]
+    out.print(f"{repository}@{digest}", markup=False)
+    if args.digest_file:
+        record = {"image": f"{repository}@{digest}", "digest": digest, "tags": references}
+        Path(args.digest_file).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return ExitStatus.PASSED
+
+
+def _verify(args: argparse.Namespace) -> ExitStatus:
+    from clusterkit.image.build import image_references
+    from clusterkit.image.engine import api_client
+    from clusterkit.image.verify import differences, probe_image
+
+    spec = _one_spec(args)
+    lock = lockmod.read_lock(spec)
+    reference = args.reference or image_references(spec, args.repository, [])[0]
+    found = probe_image(api_client(), reference, timeout=args.timeout)
+    problems = differences(lock, found)
+    summary = ", ".join(f"{key} {found.get(key)}" for key in ("torch", "cuda", "nccl", "python"))
+    if problems:
+        for problem in problems:
+            out.print(f"{reference}: {problem}", markup=False)
+        return ExitStatus.FAILED
+    out.print(f"{reference}: matches the lock ({summary})", markup=False)
+    return ExitStatus.PASSED
+
+
+HANDLERS = {"lock": _lock, "render": _render, "build": _build, "push": _push, "verify": _verify}
+
+
+def run(args: argparse.Namespace) -> ExitStatus:
+    if not getattr(args, "image_command", None):
+        raise ConfigError("image: name a step: lock, render, build, push or verify")
+    return HANDLERS[args.image_command](args)

@@ -1,0 +1,312 @@
+"""The `image` stage's verdicts: pure functions over what each node reported (image/node.py).
+
+Every rank must run the same image with a driver that can run it and with runtime flags NCCL
+can live with. Identity accepts both image stores: with the classic store `Id` is the config
+digest and RepoDigests name pushed manifests; with the containerd store `Id` is the manifest
+(or index) digest. Two nodes hold the same image when any of those digests agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.image.render import LABEL_PREFIX, SPEC_HASH_LABEL
+from clusterkit.inventory.model import ClusterSettings
+from clusterkit.versions import DriverRequirement, compare
+
+STAGE = "image"
+MIN_SHM_BYTES = 1 << 30  # NCCL's shared-memory transport fails on docker's 64 MiB default
+_SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
+
+
+def _finding(id_: str, status: Status, message: str, **extra: Any) -> Finding:
+    return Finding(id=f"image.{id_}", status=status, message=message, stage=STAGE, **extra)
+
+
+def _short(digest: str | None) -> str:
+    if not digest:
+        return "?"
+    return digest.split("@")[-1].removeprefix("sha256:")[:12]
+
+
+def identities(facts: dict[str, Any]) -> set[str]:
+    """Every digest that names this node's image: the store Id and each RepoDigest."""
+    found = {facts["id"]} if facts.get("id") else set()
+    found.update(ref.split("@", 1)[1] for ref in facts.get("repo_digests", []) if "@" in ref)
+    return found
+
+
+def _same_image_groups(present: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Hosts grouped by shared identity (union of overlapping digest sets), largest first."""
+    parent = {host: host for host in present}
+
+    def root(host: str) -> str:
+        while parent[host] != host:
+            host = parent[host]
+        return host
+
+    owner: dict[str, str] = {}
+    for host, facts in sorted(present.items()):
+        for digest in identities(facts):
+            if digest in owner:
+                parent[root(host)] = root(owner[digest])
+            else:
+                owner[digest] = host
+    groups: dict[str, list[str]] = defaultdict(list)
+    for host in sorted(present):
+        groups[root(host)].append(host)
+    return sorted(groups.values(), key=lambda g: (-len(g), g))
+
+
+def _describe(group: list[str], present: dict[str, dict[str, Any]]) -> str:
+    facts = present[group[0]]
+    names = ", ".join(_short(d) for d in sorted(identities(facts)))
+    return f"{', '.join(group)}: {names}"
+
+
+def _presence(facts_by_host: dict[str, dict[str, Any]], image: str) -> list[Finding]:
+    errors = {h: f.get("error") for h, f in facts_by_host.items() if f.get("present") is None}
+    missing = sorted(h for h, f in facts_by_host.items() if f.get("present") is False)
+    out = []
+    for host, error in sorted(errors.items()):
+        out.append(
+            _finding(
+                "inspect",
+                Status.ERROR,
+                f"{host}: could not inspect {image}: {error or 'no answer'}",
+                hosts=[host],
+            )
+        )
+    if missing:
+        out.append(
+            _finding(
+                "present",
+                Status.FAIL,
+                f"{image} is not on {', '.join(missing)}",
+                hosts=missing,
+                expected=image,
+                found="missing",
+                remedy=f"docker pull {image} on those nodes (playbook tag: image)",
+            )
+        )
+    elif not errors:
+        out.append(_finding("present", Status.OK, f"{image} is on every node"))
+    return out
+
+
+def _parity(present: dict[str, dict[str, Any]], image: str) -> list[Finding]:
+    if len(present) < 2:
+        return []
+    out = []
+    groups = _same_image_groups(present)
+    if len(groups) > 1:
+        odd = sorted(h for g in groups[1:] for h in g)
+        out.append(
+            _finding(
+                "digest",
+                Status.FAIL,
+                f"{image} is a different image across nodes: "
+                + "; ".join(_describe(g, present) for g in groups),
+                hosts=odd,
+                expected=sorted(identities(present[groups[0][0]])),
+                found={h: sorted(identities(present[h])) for h in odd},
+                remedy=f"pin the image by digest and `docker pull {image.split(':')[0]}@<digest>`",
+            )
+        )
+    else:
+        out.append(_finding("digest", Status.OK, f"every node holds the same {image}"))
+    hashes: dict[str, list[str]] = defaultdict(list)
+    for host, facts in sorted(present.items()):
+        hashes[facts.get("labels", {}).get(SPEC_HASH_LABEL) or "(none)"].append(host)
+    if len(hashes) > 1:
+        ranked = sorted(hashes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        odd = sorted(h for _, hosts in ranked[1:] for h in hosts)
+        out.append(
+            _finding(
+                "spec-hash",
+                Status.FAIL,
+                "spec hash differs: "
+                + "; ".join(f"{', '.join(hosts)}: {value[:12]}" for value, hosts in ranked),
+                hosts=odd,
+                expected=ranked[0][0],
+                found={h: present[h].get("labels", {}).get(SPEC_HASH_LABEL) for h in odd},
+            )
+        )
+    return out
+
+
+def _label(facts: dict[str, Any], key: str) -> str | None:
+    return facts.get("labels", {}).get(LABEL_PREFIX + key)
+
+
+def _versions(present: dict[str, dict[str, Any]]) -> list[Finding]:
+    out = []
+    for host, facts in sorted(present.items()):
+        run = facts.get("run") or {}
+        if not run.get("ok"):
+            out.append(
+                _finding(
+                    "run",
+                    Status.ERROR,
+                    f"{host}: the image did not run: {run.get('error', 'not run')}",
+                    hosts=[host],
+                )
+            )
+            continue
+        inside = run["facts"]
+        differences = []
+        for key in ("torch", "cuda", "nccl"):
+            label = _label(facts, key)
+            if label is not None and inside.get(key) != label:
+                differences.append(f"{key} {inside.get(key)} (label {label})")
+        python = _label(facts, "python")
+        found_python = str(inside.get("python", ""))
+        if python and not (found_python == python or found_python.startswith(python + ".")):
+            differences.append(f"python {found_python} (label {python})")
+        if differences:
+            out.append(
+                _finding(
+                    "versions",
+                    Status.FAIL,
+                    f"{host}: inside the container {', '.join(differences)}",
+                    hosts=[host],
+                    remedy="rebuild the image; something moved the pinned packages",
+                )
+            )
+    return out
+
+
+def _requirement(facts: dict[str, Any]) -> DriverRequirement | None:
+    cuda, needed, floor = (
+        _label(facts, "cuda"),
+        _label(facts, "min-driver"),
+        _label(facts, "driver-floor"),
+    )
+    if not (cuda and needed and floor):
+        return None
+    return DriverRequirement(cuda=cuda, full=needed, floor=floor)
+
+
+def _drivers(
+    present: dict[str, dict[str, Any]], driver_by_host: dict[str, str | None]
+) -> list[Finding]:
+    out = []
+    for host, facts in sorted(present.items()):
+        requirement = _requirement(facts)
+        driver = driver_by_host.get(host)
+        if requirement is None or driver is None:
+            continue
+        assert requirement.full is not None and requirement.floor is not None
+        if compare(driver, requirement.floor) < 0:
+            out.append(
+                _finding(
+                    "driver",
+                    Status.FAIL,
+                    f"{host}: driver {driver} is below {requirement.floor}, the floor for CUDA "
+                    f"{requirement.cuda}: CUDA in this image will not initialise",
+                    hosts=[host],
+                    expected=f">={requirement.full}",
+                    found=driver,
+                    remedy="upgrade the NVIDIA driver (playbook tag: driver)",
+                )
+            )
+        elif compare(driver, requirement.full) < 0:
+            out.append(
+                _finding(
+                    "driver",
+                    Status.WARN,
+                    f"{host}: driver {driver} runs CUDA {requirement.cuda} only through "
+                    f"minor-version compatibility (full support from {requirement.full})",
+                    hosts=[host],
+                    expected=f">={requirement.full}",
+                    found=driver,
+                    remedy="upgrade the NVIDIA driver (playbook tag: driver)",
+                )
+            )
+    return out
+
+
+def size_bytes(text: str) -> int | None:
+    match = _SIZE.match(text.strip())
+    if not match:
+        return None
+    return (
+        int(match.group(1))
+        * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
+    )
+
+
+def _runtime(present: dict[str, dict[str, Any]], multi_node: bool) -> list[Finding]:
+    small_shm, memlock, no_host_net, disabled = [], [], [], []
+    for host, facts in sorted(present.items()):
+        args = facts.get("run_args") or []
+        inside = (facts.get("run") or {}).get("facts") or {}
+        shm = inside.get("shm_bytes")
+        if shm is not None and shm < MIN_SHM_BYTES and "host" not in _flag(args, "--ipc"):
+            small_shm.append(f"{host} ({shm >> 20} MiB)")
+        if inside and inside.get("memlock_soft") is not None:
+            memlock.append(f"{host} ({inside['memlock_soft'] >> 10} KiB)")
+        if multi_node and "host" not in _flag(args, "--network", "--net"):
+            no_host_net.append(host)
+        values = [
+            facts.get("env", {}).get("NVIDIA_DISABLE_REQUIRE"),
+            facts.get("host_nvidia_disable_require"),
+            inside.get("nvidia_disable_require"),
+        ]
+        if any(v and v.lower() not in ("0", "false", "") for v in values):
+            disabled.append(host)
+    out = []
+    checks = (
+        ("shm", small_shm, Status.FAIL, "/dev/shm below 1 GiB breaks NCCL's shared memory",
+         "run with --ipc host or --shm-size 16g (image runtime.shm_size)"),
+        ("memlock", memlock, Status.WARN, "memlock is limited (RDMA registration fails)",
+         "run with --ulimit memlock=-1:-1"),
+        ("network", no_host_net, Status.FAIL,
+         "no host network: ranks on other nodes cannot reach the addresses NCCL advertises",
+         "run with --network host"),
+        ("disable-require", disabled, Status.WARN,
+         "NVIDIA_DISABLE_REQUIRE is set: a too-old driver is not caught at container start",
+         "unset NVIDIA_DISABLE_REQUIRE"),
+    )  # fmt: skip
+    for id_, hosts, status, message, remedy in checks:
+        if hosts:
+            names = [h.split(" ")[0] for h in hosts]
+            out.append(
+                _finding(id_, status, f"{message}: {', '.join(hosts)}", hosts=names, remedy=remedy)
+            )
+        else:
+            out.append(_finding(id_, Status.OK, f"{id_}: fine on every node"))
+    return out
+
+
+def _flag(args: list[str], *names: str) -> str:
+    """The value of a docker run flag (`--x v` or `--x=v`), '' when absent."""
+    for index, arg in enumerate(args):
+        for name in names:
+            if arg == name and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return ""
+
+
+def image_findings(
+    facts_by_host: dict[str, dict[str, Any]],
+    settings: ClusterSettings,
+    driver_by_host: dict[str, str | None] | None = None,
+) -> list[Finding]:
+    image = settings.image
+    if not image:
+        return [_finding("stage", Status.SKIP, "no clusterkit.image in the inventory")]
+    out = _presence(facts_by_host, image)
+    present = {h: f for h, f in facts_by_host.items() if f.get("present")}
+    if not present:
+        return out
+    out += _parity(present, image)
+    out += _versions(present)
+    out += _drivers(present, driver_by_host or {})
+    out += _runtime(present, multi_node=len(facts_by_host) > 1)
+    return out

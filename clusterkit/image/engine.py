@@ -1,0 +1,78 @@
+"""The Docker Engine API as `image` uses it: clients, registry digests, credentials, progress.
+
+Build and push stream their logs through the low-level APIClient (the high-level client
+swallows the stream until the end). Credentials come from the Docker config, which the SDK
+reads itself, or from CLUSTERKIT_REGISTRY_USERNAME / CLUSTERKIT_REGISTRY_PASSWORD; they are
+handed to the engine and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import docker
+import docker.errors
+from docker.utils import kwargs_from_env
+from rich.console import Console
+
+from clusterkit.errors import ExternalToolError
+
+API_TIMEOUT = 900  # seconds per engine request; a torch layer push can be long
+
+
+def api_client(timeout: int = API_TIMEOUT) -> docker.APIClient:
+    """Engine from DOCKER_HOST (or the default socket); fails with where it looked."""
+    options = kwargs_from_env()
+    where = options.get("base_url") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.APIClient(timeout=timeout, version="auto", **options)
+        client.ping()
+    except Exception as error:  # any failure to reach the engine is one error for the user
+        raise ExternalToolError(
+            f"cannot reach the Docker engine at {where}: {error}",
+            hint="start dockerd or set DOCKER_HOST",
+        ) from None
+    return client
+
+
+def docker_client(api: docker.APIClient) -> docker.DockerClient:
+    client = docker.DockerClient.__new__(docker.DockerClient)
+    client.api = api
+    return client
+
+
+def registry_digest(reference: str, api: docker.APIClient | None = None) -> str:
+    """The manifest digest a tag points to, asked of the registry without pulling."""
+    client = docker_client(api or api_client())
+    try:
+        return str(client.images.get_registry_data(reference, auth_config=env_auth()).id)
+    except docker.errors.APIError as error:
+        raise ExternalToolError(
+            f"cannot resolve {reference} in its registry: {error.explanation or error}",
+            hint="check the name, network access and `docker login`; or lock with --offline",
+        ) from None
+
+
+def env_auth() -> dict[str, str] | None:
+    """Credentials from the environment; None lets the SDK use the Docker config."""
+    user = os.environ.get("CLUSTERKIT_REGISTRY_USERNAME")
+    password = os.environ.get("CLUSTERKIT_REGISTRY_PASSWORD")
+    if user and password:
+        return {"username": user, "password": password}
+    return None
+
+
+def chunk_error(chunk: dict[str, Any]) -> str | None:
+    """The in-band error of a stream chunk (registries report failures with HTTP 200)."""
+    if "error" in chunk:
+        return str(chunk["error"]).strip()
+    detail = chunk.get("errorDetail")
+    if detail:
+        return str(detail.get("message", detail) if isinstance(detail, dict) else detail).strip()
+    return None
+
+
+def console() -> Console:
+    return Console(file=sys.stderr, highlight=False)
