@@ -399,11 +399,6 @@ class Node:
         """MTU of eth0 inside the node only (a mismatch shows up as hangs on large messages)."""
         run(["ip", "-n", self.netns, "link", "set", self.interface, "mtu", str(mtu)])
 
-    def default_hosts(self) -> str:
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        lines += [f"{node.address}\t{node.name}" for node in self.cluster.nodes]
-        return "\n".join(lines) + "\n"
-
     def set_hosts(self, text: str | None = None, **overrides: str) -> None:
         """Replace this node's /etc/hosts (default: every node name -> its address).
 
