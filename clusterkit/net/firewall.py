@@ -211,14 +211,14 @@ def explain_iptables(text: str, packet: Packet, hook: str, *, tool: str = "iptab
             if policy in BLOCKING:
                 return Verdict(policy, chain, None, tool, name)
             continue
-        action, rule = outcome
+        action, rule, where = outcome
         if action in BLOCKING:
-            return Verdict(action, chain, rule.text, tool, name, tuple(rule.uncertain))
+            return Verdict(action, where, rule.text, tool, name, tuple(rule.uncertain))
     return None
 
 
 def _walk(table: _Table, chain: str, packet: Packet, depth: int):
-    """(action, rule) of the first terminating rule that matches, or None to fall through."""
+    """(action, rule, chain) of the first terminating rule that matches, or None."""
     if depth > 32:
         return None
     for rule in table.chains.get(chain, []):
@@ -226,7 +226,7 @@ def _walk(table: _Table, chain: str, packet: Packet, depth: int):
             continue
         target = rule.target
         if target in ("ACCEPT", "DROP", "REJECT"):
-            return target, rule
+            return target, rule, chain
         if target == "RETURN":
             return None
         if target in table.chains:
@@ -273,7 +273,7 @@ def _interface_test(value: str, attribute: str):
     def test(packet: Packet) -> bool:
         name = getattr(packet, attribute)
         if name is None:
-            return True  # unknown interface: assume the rule applies
+            return value != "lo"  # unknown interface, but cluster traffic never crosses lo
         return name.startswith(value[:-1]) if value.endswith("+") else name == value
 
     return test
