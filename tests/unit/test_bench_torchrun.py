@@ -1,0 +1,80 @@
+"""The worker under real torchrun on this machine: 3 gloo ranks over loopback.
+
+Slow (torch start-up, a few seconds each) but local: no daemon, no root.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterkit.bench.nccltests import parse_table
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).resolve().parents[2] / "clusterkit" / "bench" / "worker.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _torchrun(tmp_path: Path, *args: str, module: bool = False) -> subprocess.CompletedProcess[str]:
+    target = ["-m", "clusterkit.bench"] if module else [str(WORKER)]
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), *target, *args,
+    ]  # fmt: skip
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False
+    )
+
+
+def test_three_ranks_table_parses_and_matches_json(tmp_path: Path) -> None:
+    json_path = tmp_path / "result.json"
+    done = _torchrun(
+        tmp_path, "-b", "64K", "-e", "1M", "-f", "4", "-n", "3", "-w", "1",
+        "--expect-world-size", "3", "-J", str(json_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = parse_table(done.stdout)
+    result = json.loads(json_path.read_text())
+    assert result["world_size"] == 3 and result["backend"] == "gloo"
+    assert [r["size"] for r in table["results"]] == [65536, 262144, 1048576]
+    assert [r["size"] for r in result["results"]] == [65536, 262144, 1048576]
+    for row, ours in zip(table["results"], result["results"]):
+        assert row["in_place"]["bus_bw"] == pytest.approx(ours["in_place"]["bus_bw"], abs=0.006)
+        assert row["in_place"]["nwrong"] == 0 and ours["in_place"]["nwrong"] == 0
+        assert row["out_of_place"] is None
+        assert ours["in_place"]["bus_bw"] > 0
+        assert len(ours["rank_times_us"]) == 3
+    assert table["out_of_bounds"] == {"count": 0, "status": "OK"}
+    assert [d["rank"] for d in table["devices"]] == [0, 1, 2]
+    assert sorted(done.stderr.count(f"rank {r} joined") for r in range(3)) == [1, 1, 1]
+
+
+def test_wrong_world_size_is_caught_before_timing(tmp_path: Path) -> None:
+    done = _torchrun(tmp_path, "-b", "1K", "-e", "1K", "--expect-world-size", "4")
+    assert done.returncode != 0
+    assert "error world-size: WORLD_SIZE is 3 but 4 ranks were expected" in done.stderr
+    assert "joined" not in done.stderr  # failed before the process group even formed
+    assert "# Avg bus bandwidth" not in done.stdout
+
+
+def test_local_module_entry_gates_and_names_the_source(tmp_path: Path) -> None:
+    args = ("-b", "64K", "-e", "64K", "-n", "2", "-w", "1")
+    failing = _torchrun(tmp_path, *args, "--min-busbw", "1000000", module=True)
+    assert failing.returncode != 0
+    assert "FAIL  bench.busbw" in failing.stdout and "--min-busbw 1e+06" in failing.stdout
+    passing = _torchrun(tmp_path, *args, "--min-busbw", "0.000001", module=True)
+    assert passing.returncode == 0, passing.stderr[-2000:]
+    assert "OK    bench.busbw" in passing.stdout
+    assert parse_table(passing.stdout)["results"][0]["size"] == 65536
