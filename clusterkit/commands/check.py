@@ -9,6 +9,7 @@ from typing import Any
 
 from clusterkit.checks import static_findings
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import torch_cuda
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.probe.runner import probe_all
 from clusterkit.report import Report, emit
@@ -112,10 +113,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 for host, why in probed.failures.items()
             ]
             findings += static_findings(probed.facts, inventory.settings.expect, inventory.path)
-            for stage in ("network", "image", "bench"):
-                stages[stage] = (
-                    "skipped by --skip" if stage in args.skip else "not available in this version"
-                )
+            details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
         finally:
             connections.close()
     report = Report(
@@ -124,6 +122,8 @@ def run(args: argparse.Namespace) -> ExitStatus:
         findings=findings,
         hosts=host_entries(inventory, connections, probed.facts, probed.failures),
         stages=stages,
+        details=details,
+        text_blocks=text_blocks(details),
         strict=args.strict,
         seconds=time.monotonic() - started,
     )
@@ -131,6 +131,135 @@ def run(args: argparse.Namespace) -> ExitStatus:
     if args.fix_plan:
         print_fix_plan(report)
     return report.exit_status
+
+
+NETWORK_SECONDS = 60.0
+BENCH_SECONDS = 300.0
+IMAGE_SECONDS = 180.0
+
+
+def run_stages(
+    args: argparse.Namespace,
+    inventory: Inventory,
+    connections: Connections,
+    facts: dict[str, dict[str, Any]],
+    findings: list[Finding],
+    stages: dict[str, str],
+    bar: Any,
+) -> dict[str, Any]:
+    """network -> image -> bench. A stage that cannot run says why (reported as skipped);
+    the bench never starts on a network known to be broken: it would only hang."""
+    details: dict[str, Any] = {}
+    transports = connections.transports
+    settings = inventory.settings
+
+    def skip(stage: str) -> str | None:
+        if stage in args.skip:
+            return "skipped by --skip"
+        if not transports:
+            return "no host could be reached"
+        return None
+
+    if not (why := skip("network")) and len(inventory.hosts) < 2:
+        why = "a single host: there is no network path between nodes to check"
+    if why:
+        stages["network"] = why
+    else:
+        from clusterkit.net.stage import run_network_stage
+
+        bar.phase("network", 1)
+        found, details["network"] = run_network_stage(
+            transports, inventory, facts, Deadline.after(NETWORK_SECONDS)
+        )
+        findings += found
+        stages["network"] = "ran"
+
+    if not (why := skip("image")) and not settings.image:
+        why = "no image named in the inventory (clusterkit.image)"
+    if why:
+        stages["image"] = why
+    else:
+        from clusterkit.image.stage import run_image_stage
+
+        bar.phase("image", 1)
+        drivers = {host: (f.get("gpus") or {}).get("driver") for host, f in facts.items()}
+        found, details["image"] = run_image_stage(
+            transports,
+            inventory,
+            Deadline.after(IMAGE_SECONDS),
+            driver_by_host=drivers,
+            workers=args.forks,
+        )
+        findings += found
+        stages["image"] = "ran"
+
+    why = skip("bench") or bench_blocker(inventory, findings, facts)
+    if why:
+        stages["bench"] = why
+        findings.append(Finding("bench.busbw", Status.SKIP, f"bench not run: {why}", stage="bench"))
+    else:
+        from clusterkit.bench.launcher import BenchOptions, launch_bench
+
+        bar.phase("bench", 1)
+        bench_settings = settings.raw.get("bench") or {}
+        outcome = launch_bench(
+            transports,
+            inventory,
+            BenchOptions(
+                min_busbw=args.min_busbw,
+                facts=facts,
+                # A CPU build of torch runs gloo: one rank per node measures the network;
+                # a rank per (unusable) GPU would only measure this machine's cores.
+                nproc_per_node=None
+                if any(torch_cuda(f) not in (None, "cpu") for f in facts.values())
+                else 1,
+            ),
+            Deadline.after(float(bench_settings.get("timeout", BENCH_SECONDS))),
+        )
+        if outcome.interrupted:
+            raise KeyboardInterrupt
+        findings += outcome.findings
+        details["bench"] = {
+            "result": outcome.result,
+            "table": outcome.table,
+            "seconds": round(outcome.duration, 3),
+        }
+        stages["bench"] = "ran"
+    return details
+
+
+def bench_blocker(
+    inventory: Inventory, findings: list[Finding], facts: dict[str, dict[str, Any]]
+) -> str | None:
+    """Why the all-reduce cannot give a meaningful answer now, or None."""
+    broken = sorted(
+        {
+            f.id
+            for f in findings
+            if f.stage in ("connect", "probe", "network") and f.status is Status.ERROR
+        }
+    )
+    if broken:
+        return "not every host could be reached or probed (" + ", ".join(broken) + ")"
+    blocked = sorted({f.id for f in findings if f.stage == "network" and f.status is Status.FAIL})
+    if blocked:
+        return "the network stage failed (" + ", ".join(blocked) + "); an all-reduce would hang"
+    if any(f.id in ("torch.present", "torch.import") and f.status is Status.FAIL for f in findings):
+        return "torch is missing or broken on a node"
+    if len(inventory.hosts) < 2 and not any(
+        (f.get("gpus") or {}).get("count") for f in facts.values()
+    ):
+        return "a single host without GPUs: nothing to measure"
+    return None
+
+
+def text_blocks(details: dict[str, Any]) -> dict[str, list[str]]:
+    blocks: dict[str, list[str]] = {}
+    if details.get("network", {}).get("matrix_lines"):
+        blocks["network"] = list(details["network"]["matrix_lines"])
+    if details.get("bench", {}).get("table"):
+        blocks["bench"] = details["bench"]["table"].rstrip().splitlines()
+    return blocks
 
 
 def print_fix_plan(report: Report) -> None:
