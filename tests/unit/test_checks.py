@@ -1,0 +1,382 @@
+"""Static checks over recorded probe facts (tests/fixtures/facts): every check id."""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterkit.checks import static_findings
+from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import majority, parity_finding
+from clusterkit.inventory.model import Expectations
+
+FACTS = Path(__file__).parent.parent / "fixtures" / "facts"
+INVENTORY = "/srv/clusters/a100 prod.yaml"  # a space: the remedy must quote it
+
+
+@cache
+def _load(name: str) -> str:
+    return (FACTS / f"{name}.json").read_text()
+
+
+def facts(name: str) -> dict[str, Any]:
+    return json.loads(_load(name))
+
+
+def cluster(*names: str, **odd: str) -> dict[str, dict[str, Any]]:
+    """node1..nodeN from the named recordings, then odd hosts by name=recording."""
+    hosts = {f"node{i}": facts(name) for i, name in enumerate(names, 1)}
+    hosts.update({host: facts(name) for host, name in odd.items()})
+    return hosts
+
+
+def healthy(n: int = 4, **odd: str) -> dict[str, dict[str, Any]]:
+    return cluster(*["healthy-h100"] * n, **odd)
+
+
+def run(
+    hosts: dict[str, Any], expect: Expectations | None = None, inventory: str | None = INVENTORY
+) -> dict[str, Finding]:
+    found = static_findings(hosts, expect or Expectations(), inventory)
+    ids = [f.id for f in found]
+    assert len(ids) == len(set(ids)), f"duplicate check ids: {ids}"
+    return {f.id: f for f in found}
+
+
+def test_healthy_cluster_every_check_ok() -> None:
+    findings = run(healthy())
+    assert set(findings) == {
+        "parity.driver", "parity.cuda-driver", "parity.gpu-model", "parity.gpu-count",
+        "parity.torch", "parity.torch-cuda", "parity.nccl", "parity.python", "parity.kernel",
+        "torch.present", "compat.driver-cuda", "gpu.nvidia-smi", "gpu.ecc", "gpu.persistence",
+        "env.shm", "env.memlock", "env.clock", "env.nccl-debug-vars",
+    }  # fmt: skip
+    assert {f.id: f.status for f in findings.values() if f.status is not Status.OK} == {}
+    assert findings["parity.nccl"].expected == "2.21.5"
+    assert findings["parity.torch-cuda"].message == "torch CUDA build: 12.4 on all 4 hosts"
+    assert all(f.stage == "static" for f in findings.values())
+
+
+def test_recorded_cluster_nodes_classic_and_r610_banners_agree() -> None:
+    findings = run(cluster("probe-node-h100-classic", "probe-node-h100-r610"))
+    assert findings["parity.driver"].status is Status.OK
+    assert findings["parity.driver"].expected == "550.54.15"
+    assert findings["parity.cuda-driver"].expected == "12.4"
+    assert findings["parity.gpu-count"].expected == 8
+    # CPU torch on GPU nodes: nothing to compare the driver with, no NCCL to compare
+    assert findings["compat.driver-cuda"].status is Status.SKIP
+    assert findings["parity.nccl"].status is Status.SKIP
+    assert findings["parity.torch-cuda"].expected == "cpu"
+
+
+def test_recorded_local_machine_without_gpus() -> None:
+    findings = run({"localhost": facts("probe-local-cpu")})
+    for check_id in ("gpu.nvidia-smi", "gpu.ecc", "gpu.persistence", "compat.driver-cuda"):
+        assert findings[check_id].status is Status.SKIP, check_id
+    assert "no host has NVIDIA GPUs" in findings["gpu.ecc"].message
+    assert findings["parity.driver"].status is Status.SKIP
+    assert findings["torch.present"].status is Status.OK
+
+
+# -- parity ---------------------------------------------------------------------------------
+
+
+def test_parity_names_the_odd_host_against_the_majority() -> None:
+    findings = run(healthy(3, node4="driver-minor-compat"))
+    driver = findings["parity.driver"]
+    assert driver.status is Status.FAIL
+    assert driver.hosts == ["node4"]
+    assert driver.expected == "550.54.15"
+    assert driver.found == {"node4": "535.183.01"}
+    assert "3 hosts have 550.54.15" in driver.message
+    assert "node4 has 535.183.01" in driver.message
+    assert driver.remedy == (
+        "clusterkit provision '/srv/clusters/a100 prod.yaml' --tags nvidia --limit node4"
+    )
+    assert findings["parity.cuda-driver"].found == {"node4": "12.2"}
+    assert findings["parity.gpu-model"].status is Status.OK
+
+
+@pytest.mark.parametrize(
+    ("check_id", "edit", "odd_value"),
+    [
+        ("parity.gpu-count", lambda f: f["gpus"].update(count=4), 4),
+        ("parity.gpu-model", lambda f: f["gpus"]["devices"][0].update(name="NVIDIA A100-SXM4-80GB"),
+         "NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3"),
+        ("parity.torch", lambda f: f["torch"].update(version="2.4.1+cu124"), "2.4.1+cu124"),
+        ("parity.torch-cuda", lambda f: f["torch"].update(cuda="12.1"), "12.1"),
+        ("parity.nccl", lambda f: f["torch"].update(nccl="2.20.5"), "2.20.5"),
+        ("parity.python", lambda f: f["python"].update(version="3.10.12"), "3.10.12"),
+        ("parity.kernel", lambda f: f["system"].update(kernel="5.15.0-91-generic"),
+         "5.15.0-91-generic"),
+    ],
+)  # fmt: skip
+def test_each_parity_check_catches_one_odd_host(check_id: str, edit, odd_value: Any) -> None:
+    hosts = healthy(3)
+    edit(hosts["node2"])
+    finding = run(hosts)[check_id]
+    assert finding.status is Status.FAIL
+    assert finding.hosts == ["node2"]
+    assert finding.found == {"node2": odd_value}
+    assert finding.remedy is None  # no playbook installs torch or swaps GPUs
+
+
+def test_parity_nccl_falls_back_to_the_wheel_when_torch_was_not_imported() -> None:
+    hosts = healthy(2)
+    for f in hosts.values():
+        f["torch"]["nccl"] = None
+    hosts["node2"]["torch"]["nccl_wheel"] = "2.19.3"
+    finding = run(hosts)["parity.nccl"]
+    assert finding.status is Status.FAIL
+    assert finding.expected == "2.21.5" and finding.found == {"node2": "2.19.3"}
+
+
+def test_parity_tie_goes_to_the_first_host_in_inventory_order() -> None:
+    values = {"a": "550", "b": "535", "c": "535", "d": "550"}
+    assert majority(values) == "550"
+    assert majority({"b": "535", "a": "550", "d": "550", "c": "535"}) == "535"
+    finding = parity_finding("parity.driver", "NVIDIA driver", values)
+    assert finding.hosts == ["b", "c"]
+
+
+def test_parity_majority_beats_order() -> None:
+    assert majority({"a": "535", "b": "550", "c": "550"}) == "550"
+
+
+def test_parity_ignores_hosts_that_cannot_report_and_skips_when_none_can() -> None:
+    hosts = healthy(2, node3="nvidia-smi-failed")
+    findings = run(hosts)
+    assert findings["parity.driver"].status is Status.OK
+    assert findings["parity.driver"].hosts == ["node1", "node2"]
+    assert run({"n": facts("nvidia-smi-failed")})["parity.driver"].status is Status.SKIP
+
+
+# -- pins ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expect", "check_id", "ok"),
+    [
+        (Expectations(driver="550"), "expect.driver", True),
+        (Expectations(driver=">=550,<560"), "expect.driver", True),
+        (Expectations(driver="550.54.14"), "expect.driver", False),
+        (Expectations(driver=">=555"), "expect.driver", False),
+        (Expectations(torch="2.5.1"), "expect.torch", True),
+        (Expectations(torch="2.5.1+cu124"), "expect.torch", True),
+        (Expectations(torch="2.5.1+cu121"), "expect.torch", False),
+        (Expectations(torch="~=2.4.0"), "expect.torch", False),
+        (Expectations(nccl=">=2.21"), "expect.nccl", True),
+        (Expectations(nccl="2.20"), "expect.nccl", False),
+        (Expectations(python="3.11"), "expect.python", True),
+        (Expectations(python="!=3.11.7"), "expect.python", False),
+        (Expectations(gpus_per_node=8), "expect.gpus_per_node", True),
+        (Expectations(gpus_per_node=4), "expect.gpus_per_node", False),
+    ],
+)
+def test_pins(expect: Expectations, check_id: str, ok: bool) -> None:
+    finding = run(healthy(2), expect)[check_id]
+    assert finding.status is (Status.OK if ok else Status.FAIL), finding.message
+    if not ok:
+        assert finding.hosts == ["node1", "node2"]
+
+
+def test_unset_pins_produce_no_finding() -> None:
+    assert not [i for i in run(healthy(2)) if i.startswith("expect.")]
+
+
+def test_driver_pin_names_the_host_and_the_provision_command() -> None:
+    finding = run(healthy(2, node3="driver-too-old"), Expectations(driver=">=550"))["expect.driver"]
+    assert finding.status is Status.FAIL
+    assert finding.hosts == ["node3"]
+    assert finding.expected == ">=550"
+    assert finding.found == {"node3": "470.256.02"}
+    assert "node3 has 470.256.02" in finding.message
+    assert finding.remedy.endswith("--tags nvidia --limit node3")
+
+
+def test_pin_fails_a_host_that_cannot_report_the_value() -> None:
+    finding = run(healthy(1, node2="torch-missing"), Expectations(torch="2.5.1"))["expect.torch"]
+    assert finding.hosts == ["node2"]
+    assert "node2 has none" in finding.message
+
+
+def test_cuda_pin() -> None:
+    assert run(healthy(2), Expectations(cuda="12.4"))["expect.cuda"].status is Status.OK
+    finding = run(healthy(2), Expectations(cuda="12.1"))["expect.cuda"]
+    assert finding.status is Status.FAIL
+    assert finding.found == {
+        "node1": "torch built for CUDA 12.4",
+        "node2": "torch built for CUDA 12.4",
+    }
+
+
+def test_cuda_pin_fails_cpu_torch_and_drivers_that_cannot_run_it() -> None:
+    hosts = healthy(1, node2="driver-too-old")
+    hosts["node3"] = facts("probe-node-h100-classic")  # CPU build of torch
+    for f in hosts.values():
+        if f["torch"].get("cuda"):
+            f["torch"]["cuda"] = None  # torch CUDA unknown: the driver alone decides
+    hosts["node1"]["torch"]["cuda"] = "12.4"
+    hosts["node1"]["torch"]["present"] = True
+    finding = run(hosts, Expectations(cuda="12.4"))["expect.cuda"]
+    assert finding.found["node2"] == "torch is a CPU build"
+    assert finding.found["node3"] == "torch is a CPU build"
+    assert "node1" not in finding.found
+    hosts["node2"]["torch"]["present"] = False
+    finding = run(hosts, Expectations(cuda="12.4"))["expect.cuda"]
+    assert finding.found["node2"] == "driver supports CUDA up to 11.4"
+
+
+# -- torch -----------------------------------------------------------------------------------
+
+
+def test_torch_missing_names_the_interpreter() -> None:
+    findings = run(healthy(1, node2="torch-missing"))
+    finding = findings["torch.present"]
+    assert finding.status is Status.FAIL
+    assert finding.hosts == ["node2"]
+    assert "node2 (/usr/bin/python3)" in finding.message
+    assert "ansible_python_interpreter" in finding.remedy
+    assert "torch.import" not in findings
+
+
+def test_torch_import_error() -> None:
+    findings = run(healthy(1, node2="torch-import-error"))
+    assert findings["torch.present"].status is Status.OK
+    finding = findings["torch.import"]
+    assert finding.status is Status.FAIL
+    assert finding.hosts == ["node2"]
+    assert "libcudnn.so.9" in finding.message
+
+
+def test_torch_collector_error_is_an_import_failure() -> None:
+    hosts = healthy(1)
+    hosts["node1"]["torch"] = {"error": "timeout: did not finish within 70 s"}
+    finding = run(hosts)["torch.import"]
+    assert finding.status is Status.FAIL
+    assert "timeout" in finding.message
+
+
+# -- driver vs CUDA --------------------------------------------------------------------------
+
+
+def test_driver_below_the_floor_fails() -> None:
+    finding = run(healthy(1, node2="driver-too-old"))["compat.driver-cuda"]
+    assert finding.status is Status.FAIL
+    assert finding.hosts == ["node2"]
+    assert "470.256.02 < 525" in finding.message
+    assert finding.remedy.endswith("--tags nvidia --limit node2")
+
+
+def test_driver_between_floor_and_ga_warns() -> None:
+    finding = run(healthy(1, node2="driver-minor-compat"))["compat.driver-cuda"]
+    assert finding.status is Status.WARN
+    assert finding.hosts == ["node2"]
+    assert "535.183.01 < 550.54.14" in finding.message
+
+
+def test_fail_wins_over_warn_for_driver_cuda() -> None:
+    hosts = healthy(1, node2="driver-minor-compat", node3="driver-too-old")
+    finding = run(hosts)["compat.driver-cuda"]
+    assert finding.status is Status.FAIL and finding.hosts == ["node3"]
+
+
+def test_driver_at_the_ga_version_is_ok() -> None:
+    hosts = healthy(1)
+    hosts["node1"]["gpus"]["driver"] = "550.54.14"
+    assert run(hosts)["compat.driver-cuda"].status is Status.OK
+
+
+# -- GPU health ------------------------------------------------------------------------------
+
+
+def test_nvidia_smi_failure() -> None:
+    findings = run(healthy(2, node3="nvidia-smi-failed"))
+    finding = findings["gpu.nvidia-smi"]
+    assert finding.status is Status.FAIL
+    assert finding.hosts == ["node3"]
+    assert "exited 9" in finding.message
+    assert "dmesg" in finding.remedy
+    assert findings["gpu.ecc"].hosts == ["node1", "node2"]  # checked where it answered
+
+
+def test_same_failure_on_many_hosts_is_one_clause() -> None:
+    finding = run(cluster("nvidia-smi-failed", "nvidia-smi-failed"))["gpu.nvidia-smi"]
+    assert finding.message.count("exited 9") == 1
+    assert "on node1, node2" in finding.message
+
+
+def test_ecc_errors_fail_with_the_gpu_index() -> None:
+    finding = run(healthy(1, node2="ecc-errors"))["gpu.ecc"]
+    assert finding.status is Status.FAIL
+    assert finding.found == {"node2": "uncorrected ECC errors on GPU 3: 2"}
+    assert "drain" in finding.remedy
+
+
+def test_ecc_not_supported_is_not_an_error() -> None:
+    hosts = healthy(1)
+    for d in hosts["node1"]["gpus"]["devices"]:
+        d["ecc.errors.uncorrected.volatile.total"] = None
+    assert run(hosts)["gpu.ecc"].status is Status.OK
+
+
+def test_persistence_off_warns() -> None:
+    finding = run(healthy(1, node2="persistence-off"))["gpu.persistence"]
+    assert finding.status is Status.WARN
+    assert finding.found == {"node2": "persistence mode off on GPU 0, 1"}
+    assert finding.remedy.endswith("--tags nvidia --limit node2")
+
+
+# -- environment -----------------------------------------------------------------------------
+
+
+def test_environment_problems_each_warn_with_their_playbook() -> None:
+    findings = run(healthy(1, node2="env-bad"))
+    expected = {
+        "env.shm": ("/dev/shm is 64 MiB", "shm"),
+        "env.memlock": ("memlock limit 64 KiB", "limits"),
+        "env.clock": ("not synchronised (offset -2.500 s)", "time"),
+    }
+    for check_id, (why, tag) in expected.items():
+        finding = findings[check_id]
+        assert finding.status is Status.WARN, check_id
+        assert finding.found == {"node2": why}
+        assert finding.remedy.endswith(f"--tags {tag} --limit node2"), finding.remedy
+    nccl = findings["env.nccl-debug-vars"]
+    assert nccl.status is Status.WARN
+    assert nccl.found == {"node2": "NCCL_P2P_DISABLE=1"}  # NCCL_DEBUG is harmless
+    assert "unset" in nccl.remedy
+
+
+def test_environment_checks_skip_without_facts() -> None:
+    hosts = healthy(1)
+    hosts["node1"]["limits"] = {"error": "timeout"}
+    hosts["node1"]["clock"] = {"synchronized": None, "source": None, "offset_seconds": None}
+    findings = run(hosts)
+    for check_id in ("env.shm", "env.memlock", "env.clock"):
+        assert findings[check_id].status is Status.SKIP, check_id
+
+
+def test_no_inventory_path_means_no_provision_command() -> None:
+    findings = run(healthy(1, node2="env-bad"), inventory=None)
+    assert findings["env.shm"].status is Status.WARN
+    assert findings["env.shm"].remedy is None
+
+
+def test_remedies_limit_to_every_affected_host() -> None:
+    finding = run(healthy(1, node2="env-bad", node3="env-bad"))["env.memlock"]
+    assert finding.remedy == (
+        "clusterkit provision '/srv/clusters/a100 prod.yaml' --tags limits --limit node2,node3"
+    )
+
+
+def test_facts_fixtures_are_not_mutated_between_tests() -> None:
+    first = healthy(1)
+    first["node1"]["gpus"]["count"] = 0
+    assert healthy(1)["node1"]["gpus"]["count"] == 8
+    assert copy.deepcopy(facts("healthy-h100")) == facts("healthy-h100")
