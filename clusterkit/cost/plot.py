@@ -38,7 +38,14 @@ def curves(result: Estimate, points: int = 200) -> dict[str, np.ndarray]:
 
 
 def write_png(result: Estimate, path: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from clusterkit.errors import UsageError
+
+        raise UsageError(
+            "--plot needs matplotlib", hint="pip install 'clusterkit[plot]'"
+        ) from None
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
