@@ -41,11 +41,7 @@ def write_png(result: Estimate, path: str) -> None:
     try:
         import matplotlib
     except ImportError:
-        from clusterkit.errors import UsageError
-
-        raise UsageError(
-            "--plot needs matplotlib", hint="pip install 'clusterkit[plot]'"
-        ) from None
+        raise UsageError("--plot needs matplotlib", hint="pip install 'clusterkit[plot]'") from None
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
