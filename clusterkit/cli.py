@@ -235,6 +235,11 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
     build, push, verify = (steps.choices[name] for name in ("build", "push", "verify"))
     build.add_argument("--no-cache", action="store_true", help="ignore the layer cache")
     build.add_argument("--revision", help="org.opencontainers.image.revision (default: git)")
+    build.add_argument(
+        "--network",
+        default="host",
+        help="network for RUN steps (default: host, reaching registries as the host does)",
+    )
     push.add_argument("--digest-file", metavar="FILE", help="write the pushed digest as JSON")
     verify.add_argument("--reference", help="image to run (default: the spec-hash tag)")
     verify.add_argument(
@@ -324,7 +329,40 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_provision(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("provision", help="run the Ansible playbooks on the inventory")
+    parser = sub.add_parser(
+        "provision",
+        help="run the Ansible playbooks on the inventory",
+        description="Run ansible-playbook -i INVENTORY playbooks/site.yml: the roles bring "
+        "nodes to what `check` demands.",
+    )
+    parser.add_argument("inventory", help="Ansible inventory (the one `check` reads)")
+    parser.add_argument(
+        "--tags", default=None, metavar="TAG[,TAG]", help="only these roles (tags in README)"
+    )
+    parser.add_argument("--skip-tags", default=None, metavar="TAG[,TAG]", help="not these roles")
+    parser.add_argument(
+        "--limit", default=None, metavar="HOSTS", help="only these hosts or groups, as ansible"
+    )
+    parser.add_argument("--check", action="store_true", help="dry run: report, change nothing")
+    parser.add_argument("--diff", action="store_true", help="show the changes to files")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=7200.0,
+        metavar="SECONDS",
+        help="deadline for the whole playbook run (default: 7200)",
+    )
+    parser.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        metavar="VARS",
+        help="passed to ansible-playbook -e (repeatable), e.g. shm_size=64g",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="ansible-playbook verbosity (-vvv)"
+    )
     parser.set_defaults(handler="clusterkit.commands.provision:run")
 
 

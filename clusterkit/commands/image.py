@@ -40,6 +40,7 @@ def _lock(args: argparse.Namespace) -> ExitStatus:
 
         digest, source = lockmod.resolve_base(spec, registry_digest, offline=args.offline)
         lock = lockmod.build_lock(spec, digest, source, lockmod.resolve_packages(spec))
+        lockmod.fill_wheelhouse(spec, lock)
         spec.lock_path.write_text(lockmod.dumps(lock))
         torch = lock["torch"]
         out.print(
@@ -104,6 +105,7 @@ def _build(args: argparse.Namespace) -> ExitStatus:
         revision=args.revision or _revision(spec),
         no_cache=args.no_cache,
         quiet=args.quiet,
+        network=args.network,
     )
     out.print(
         f"built {built.image_id} ({built.cached_steps} cached step(s) of {built.steps}): "

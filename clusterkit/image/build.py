@@ -61,6 +61,7 @@ def build_image(
     revision: str = "unknown",
     no_cache: bool = False,
     quiet: bool = False,
+    network: str = "host",
 ) -> Built:
     ensure_current(spec)
     out = console()
@@ -84,6 +85,7 @@ def build_image(
             pull=False,
             decode=True,
             use_config_proxy=False,
+            network_mode=network,
         )
         for chunk in stream:
             error = chunk_error(chunk)
