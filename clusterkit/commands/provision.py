@@ -1,0 +1,60 @@
+"""`clusterkit provision`: validate the inventory, then run the playbooks on it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from clusterkit.errors import UsageError
+from clusterkit.inventory import load_inventory, select_hosts
+from clusterkit.provision import (
+    PlaybookRun,
+    ansible_playbook,
+    build_argv,
+    find_playbook,
+    run_playbook,
+)
+from clusterkit.remedy import TAGS
+from clusterkit.status import ExitStatus
+
+
+def split_tags(text: str | None, flag: str) -> tuple[str, ...]:
+    """Comma-separated playbook tags, each one the playbooks define."""
+    if not text:
+        return ()
+    tags = tuple(tag.strip() for tag in text.split(",") if tag.strip())
+    unknown = [tag for tag in tags if tag not in TAGS]
+    if unknown:
+        raise UsageError(
+            f"{flag}: unknown tag {', '.join(unknown)}", hint=f"tags: {', '.join(TAGS)}"
+        )
+    return tags
+
+
+def plan(args: argparse.Namespace) -> PlaybookRun:
+    """The run the arguments ask for, after the same inventory checks `check` makes."""
+    inventory = load_inventory(args.inventory)
+    for warning in inventory.warnings:
+        print(f"clusterkit: warning: {warning}", file=sys.stderr)
+    if args.limit:
+        select_hosts(inventory, args.limit)  # a limit naming no host is an error, as in check
+    extra = [item for value in args.extra_vars for item in ("-e", value)]
+    if args.verbose:
+        extra.append("-" + "v" * args.verbose)
+    return PlaybookRun(
+        inventory=args.inventory,
+        playbook=find_playbook(),
+        tags=split_tags(args.tags, "--tags"),
+        skip_tags=split_tags(args.skip_tags, "--skip-tags"),
+        limit=args.limit,
+        check=args.check,
+        diff=args.diff,
+        extra=tuple(extra),
+    )
+
+
+def run(args: argparse.Namespace) -> ExitStatus:
+    playbook_run = plan(args)
+    argv = build_argv(playbook_run, ansible_playbook())
+    status = run_playbook(argv, timeout=args.timeout)
+    return ExitStatus.PASSED if status == 0 else ExitStatus.FAILED

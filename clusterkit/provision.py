@@ -1,0 +1,122 @@
+"""Run `ansible-playbook` on the shipped playbooks: find them, build the argv, and run it as a
+bounded subprocess whose output streams straight through. Ansible is GPL-3.0 and a separate
+tool: it is only ever executed, never imported."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterkit.errors import ConfigError, ExternalToolError
+from clusterkit.status import ExitStatus
+
+PLAYBOOK = "site.yml"
+PLAYBOOKS_ENV = "CLUSTERKIT_PLAYBOOKS"
+INSTALL_HINT = "install it with `pip install ansible-core` (or your distribution's ansible package)"
+# Time ansible-playbook gets to stop after SIGTERM before its process group is killed.
+STOP_GRACE_SECONDS = 10.0
+
+
+class AnsibleMissing(ExternalToolError):
+    """ansible-playbook is not on PATH: the user must install it, nothing ran (exit 2)."""
+
+    exit_status = ExitStatus.USAGE
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    """What `clusterkit provision` asks of ansible-playbook."""
+
+    inventory: str
+    playbook: Path
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    limit: str | None = None
+    check: bool = False
+    diff: bool = False
+    extra: tuple[str, ...] = ()  # passed through verbatim (-e VARS, -v)
+
+
+def playbook_candidates() -> list[Path]:
+    """Where site.yml may live, in order: $CLUSTERKIT_PLAYBOOKS, inside the installed package
+    (package data), beside the package in a source checkout."""
+    package = Path(__file__).resolve().parent
+    candidates = [package / "playbooks", package.parent / "playbooks"]
+    override = os.environ.get(PLAYBOOKS_ENV)
+    if override:
+        candidates.insert(0, Path(override))
+    return candidates
+
+
+def find_playbook() -> Path:
+    candidates = playbook_candidates()
+    for folder in candidates:
+        if (folder / PLAYBOOK).is_file():
+            return folder / PLAYBOOK
+    searched = ", ".join(str(folder) for folder in candidates)
+    raise ConfigError(
+        f"playbooks/{PLAYBOOK} not found (searched {searched})",
+        hint=f"set {PLAYBOOKS_ENV} to the playbooks folder of a clusterkit checkout",
+    )
+
+
+def ansible_playbook() -> str:
+    path = shutil.which("ansible-playbook")
+    if path is None:
+        raise AnsibleMissing("ansible-playbook is not installed", hint=INSTALL_HINT)
+    return path
+
+
+def build_argv(run: PlaybookRun, executable: str = "ansible-playbook") -> list[str]:
+    """The ansible-playbook command line; every value is its own argv item (no shell)."""
+    argv = [executable, "-i", run.inventory, str(run.playbook)]
+    if run.tags:
+        argv += ["--tags", ",".join(run.tags)]
+    if run.skip_tags:
+        argv += ["--skip-tags", ",".join(run.skip_tags)]
+    if run.limit:
+        argv += ["--limit", run.limit]
+    if run.check:
+        argv.append("--check")
+    if run.diff:
+        argv.append("--diff")
+    return argv + list(run.extra)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the whole process group (ssh children included), SIGKILL after the grace."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=STOP_GRACE_SECONDS)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_playbook(argv: Sequence[str], timeout: float, cwd: Path | None = None) -> int:
+    """Run ansible-playbook with its output on our stdout/stderr; its exit code.
+
+    It gets its own process group: Ctrl-C or the deadline stop it and every ssh it started.
+    """
+    process = subprocess.Popen(
+        list(argv), cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop(process)
+        raise ExternalToolError(
+            f"ansible-playbook ran past {timeout:.0f} s and was stopped",
+            hint="raise --timeout for long runs such as driver installs",
+        ) from None
+    except BaseException:  # KeyboardInterrupt above all: nothing may outlive us
+        _stop(process)
+        raise
