@@ -1,0 +1,230 @@
+"""Transport pieces that need no host: quoting, pgid marker, known_hosts, ssh_config."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from clusterkit.errors import TransportError, UsageError
+from clusterkit.inventory.model import Host
+from clusterkit.transport.base import remote_command, split_pgid
+from clusterkit.transport.endpoint import ConnectOptions, load_ssh_config, resolve_endpoint
+from clusterkit.transport.hostkeys import HostKeyVerifier, known_hosts_key, load_known_hosts
+
+NASTY = [
+    "two words",
+    "it's",
+    '"double"',
+    "$HOME",
+    "$(touch /tmp/clusterkit-pwned)",
+    "`id`",
+    "a; rm -rf /nonexistent",
+    "x && false",
+    "*",
+    "back\\slash",
+    "new\nline",
+    "",
+    "-n",
+]
+
+
+def test_remote_command_round_trip_through_a_real_shell(tmp_path: Path) -> None:
+    """What the node's login shell receives must reach argv byte for byte."""
+    marker = tmp_path / "pwned"
+    args = [*NASTY, f"$(touch {marker})"]
+    line = remote_command(["printf", "%s\\0", *args], timeout=5)
+    done = subprocess.run(
+        ["sh", "-c", line], capture_output=True, timeout=10, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(b"\0")[:-1] == [a.encode() for a in args]
+    assert not marker.exists()
+    pgid, rest = split_pgid(done.stderr)
+    assert pgid is not None and pgid > 1
+    assert rest == b""
+
+
+def test_remote_command_bounds_the_command_on_the_node() -> None:
+    done = subprocess.run(
+        ["sh", "-c", remote_command(["sleep", "30"], timeout=0.5)],
+        capture_output=True, timeout=15, check=False,
+    )  # fmt: skip
+    assert done.returncode == 124  # GNU timeout killed it, not our 15 s guard
+
+
+def test_remote_command_rounds_the_timeout_up() -> None:
+    assert " 1 " in remote_command(["true"], timeout=0.1)
+    assert " 3 " in remote_command(["true"], timeout=2.5)
+
+
+def test_split_pgid() -> None:
+    assert split_pgid(b"clusterkit-pgid 4242\nwarning: x\n") == (4242, b"warning: x\n")
+    assert split_pgid(b"clusterkit-pgid 17\n") == (17, b"")
+    assert split_pgid(b"Permission denied\n") == (None, b"Permission denied\n")
+    assert split_pgid(b"clusterkit-pgid junk\nrest") == (None, b"rest")
+    assert split_pgid(b"") == (None, b"")
+
+
+# -- known_hosts -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keys() -> tuple[paramiko.PKey, paramiko.PKey]:
+    return paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+
+
+def line(name: str, key: paramiko.PKey) -> str:
+    return f"{name} {key.get_name()} {key.get_base64()}\n"
+
+
+def test_load_known_hosts_skips_markers_and_bad_lines(tmp_path: Path, keys) -> None:
+    first, second = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        "# comment\n\n"
+        + f"@cert-authority *.example.com {first.get_name()} {first.get_base64()}\n"
+        + f"@revoked bad.example.com {first.get_name()} {first.get_base64()}\n"
+        + "garbage line without a key\n"
+        + "host3 ssh-ed25519 not-base64!!\n"
+        + line("node1,10.0.0.1", first)
+        + line("[10.0.0.2]:2222", second)
+    )
+    loaded = load_known_hosts([known, tmp_path / "missing"])
+    assert loaded.lookup("node1")[first.get_name()] == first
+    assert loaded.lookup("10.0.0.1")[first.get_name()] == first
+    assert loaded.lookup("[10.0.0.2]:2222")[second.get_name()] == second
+    assert loaded.lookup("10.0.0.2") is None  # port 22 is a different entry
+    assert loaded.lookup("bad.example.com") is None
+    assert loaded.lookup("x.example.com") is None
+
+
+def test_known_hosts_key_names_non_default_ports() -> None:
+    assert known_hosts_key("10.0.0.1", 22) == "10.0.0.1"
+    assert known_hosts_key("10.0.0.1", 2222) == "[10.0.0.1]:2222"
+
+
+def test_strict_accepts_known_and_rejects_unknown(tmp_path: Path, keys) -> None:
+    first, _ = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(line("[10.0.0.2]:2222", first))
+    verifier = HostKeyVerifier("strict", [str(known)])
+    verifier.verify("node2", "10.0.0.2", 2222, first)
+    with pytest.raises(TransportError) as raised:
+        verifier.verify("node3", "10.0.0.3", 22, first)
+    assert raised.value.kind == "hostkey-unknown"
+    assert known.read_text() == line("[10.0.0.2]:2222", first)  # strict never writes
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+def test_changed_key_is_refused(tmp_path: Path, keys, policy: str) -> None:
+    first, second = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(line("10.0.0.1", first))
+    with pytest.raises(TransportError) as raised:
+        HostKeyVerifier(policy, [str(known)]).verify("node1", "10.0.0.1", 22, second)
+    assert raised.value.kind == "hostkey-changed"
+    assert "CHANGED" in str(raised.value)
+
+
+def test_accept_new_records_the_key_then_trusts_it(tmp_path: Path, keys) -> None:
+    first, second = keys
+    known = tmp_path / "ssh" / "known_hosts"  # the directory is created
+    verifier = HostKeyVerifier("accept-new", [str(known)])
+    verifier.verify("node5", "10.0.0.5", 2222, first)
+    assert known.read_text() == line("[10.0.0.5]:2222", first)
+    verifier.verify("node5", "10.0.0.5", 2222, first)  # now known: no second line
+    assert known.read_text().count("\n") == 1
+    with pytest.raises(TransportError):
+        HostKeyVerifier("strict", [str(known)]).verify("node5", "10.0.0.5", 2222, second)
+
+
+def test_off_accepts_anything_and_writes_nothing(tmp_path: Path, keys) -> None:
+    first, second = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(line("10.0.0.1", first))
+    verifier = HostKeyVerifier("off", [str(known)])
+    verifier.verify("node1", "10.0.0.1", 22, second)
+    verifier.verify("node9", "10.0.0.9", 22, second)
+    assert known.read_text() == line("10.0.0.1", first)
+
+
+def test_unknown_policy_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        HostKeyVerifier("ask", [])
+
+
+# -- ssh_config ------------------------------------------------------------------------------
+
+SSH_CONFIG = """\
+Host gpu*
+    HostName %h.cluster.internal
+    User ubuntu
+    Port 2222
+    IdentityFile ~/.ssh/cluster_ed25519
+    ProxyJump admin@bastion.example.com:2200
+    StrictHostKeyChecking accept-new
+    UserKnownHostsFile /etc/clusterkit/known_hosts
+    ConnectTimeout 7
+
+Host bastion.example.com
+    HostName 203.0.113.7
+    IdentityFile ~/.ssh/bastion_key
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> paramiko.SSHConfig:
+    path = tmp_path / "ssh_config"
+    path.write_text(SSH_CONFIG)
+    return load_ssh_config(str(path))
+
+
+def test_ssh_config_applies_when_the_inventory_is_silent(config) -> None:
+    endpoint = resolve_endpoint(Host("gpu1", "gpu1"), ConnectOptions(), config)
+    assert endpoint.address == "gpu1.cluster.internal"
+    assert (endpoint.user, endpoint.port) == ("ubuntu", 2222)
+    assert endpoint.key_files == (str(Path("~/.ssh/cluster_ed25519").expanduser()),)
+    assert endpoint.policy == "accept-new"
+    assert endpoint.known_hosts[0] == "/etc/clusterkit/known_hosts"
+    assert endpoint.timeout == 7.0
+    (jump,) = endpoint.jumps
+    assert (jump.address, jump.port, jump.user) == ("203.0.113.7", 2200, "admin")
+    assert jump.key_files == (str(Path("~/.ssh/bastion_key").expanduser()),)
+
+
+def test_inventory_values_win_over_ssh_config(config) -> None:
+    host = Host(
+        "gpu1", "gpu1", port=22, user="root", key_file="/keys/id", proxy_jump="none",
+        strict_host_key_checking="yes", user_known_hosts_file="/tmp/kh", ssh_timeout=3,
+    )  # fmt: skip
+    endpoint = resolve_endpoint(host, ConnectOptions(), config)
+    assert (endpoint.user, endpoint.port, endpoint.key_files) == ("root", 22, ("/keys/id",))
+    assert endpoint.jumps == ()
+    assert endpoint.policy == "strict"
+    assert endpoint.known_hosts[0] == "/tmp/kh"
+    assert endpoint.timeout == 3
+
+
+def test_command_line_wins_over_both(config) -> None:
+    options = ConnectOptions(host_key_policy="off", known_hosts=("/x/kh",), connect_timeout=1.5)
+    host = Host("gpu1", "gpu1", strict_host_key_checking="yes", ssh_timeout=3)
+    endpoint = resolve_endpoint(host, options, config)
+    assert endpoint.policy == "off"
+    assert endpoint.timeout == 1.5
+    assert "/x/kh" in endpoint.known_hosts
+
+
+def test_hosts_the_config_does_not_match_get_defaults(config) -> None:
+    endpoint = resolve_endpoint(Host("db1", "10.1.2.3", user="svc"), ConnectOptions(), config)
+    assert (endpoint.address, endpoint.port, endpoint.user) == ("10.1.2.3", 22, "svc")
+    assert endpoint.jumps == () and endpoint.policy == "strict"
+
+
+def test_unreadable_ssh_config_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as raised:
+        load_ssh_config(str(tmp_path / "nope"))
+    assert raised.value.exit_status == 2
+    assert "cannot read SSH config" in str(raised.value)
