@@ -43,6 +43,7 @@ _ROOT_CAUSE = re.compile(
     r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.M
 )
 _ROOT_SECTION = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={10,}|\Z)", re.S)
+_EXTERNAL_SIGNALS = {1, 2, 9, 15}  # SIGHUP, SIGINT, SIGKILL, SIGTERM
 _SIGNAL = re.compile(r"Signal (\d+) \((\w+)\) received by PID")
 
 # Runs on the node: store the worker, run torchrun (or docker) in the background so its pid
@@ -466,32 +467,36 @@ def _failure_findings(
     runs: list[NodeRun], reports: dict[str, NodeReport], deadline: Deadline
 ) -> list[Finding]:
     """No result: name the node (and rank) that failed first, and those that never joined."""
-    culprits: list[tuple[str, str]] = []  # (host, message)
-    for run in sorted(runs, key=lambda r: r.ended_at or float("inf")):
+    culprits: list[tuple[int, float, str, str]] = []  # (priority, ended, host, message)
+    for run in runs:
         report = reports[run.host]
         if run.killed:
             continue
+        ended = run.ended_at or float("inf")
         if run.error is not None:
-            culprits.append((run.host, f"{run.host} dropped out: {run.error.detail}"))
+            culprits.append((0, ended, run.host, f"{run.host} dropped out: {run.error.detail}"))
         elif run.result is not None and run.result.timed_out:
-            culprits.append((run.host, f"{run.host} did not finish before the deadline"))
+            message = f"{run.host} did not finish before the deadline"
+            culprits.append((4, ended, run.host, message))
         elif run.result is not None and run.result.exit_code != 0:
             died = [c for c in report.root_causes if c[1] < 0]
             if died:
                 rank, code, name = died[0]
-                culprits.insert(
-                    0, (run.host, f"rank {rank} on {run.host} died (signal {-code} {name})".strip())
-                )
+                # Killed from outside (SIGKILL, OOM killer, SIGTERM) comes before a crash such
+                # as gloo's abort, which is usually the consequence of losing a peer.
+                priority = 1 if -code in _EXTERNAL_SIGNALS else 2
+                message = f"rank {rank} on {run.host} died (signal {-code} {name})".strip()
+                culprits.append((priority, ended, run.host, message))
             else:
                 detail = _last_error(report, run)
-                culprits.append(
-                    (run.host, f"{run.host} failed (exit {run.result.exit_code}): {detail}")
-                )
+                message = f"{run.host} failed (exit {run.result.exit_code}): {detail}"
+                culprits.append((3, ended, run.host, message))
+    culprits.sort()
     findings: list[Finding] = []
     stopped = [run.host for run in runs if run.killed]
     if culprits:
-        first_host, message = culprits[0]
-        others = sorted({host for host, _ in culprits[1:]} - {first_host})
+        first_host, message = culprits[0][2], culprits[0][3]
+        others = sorted({c[2] for c in culprits[1:]} - {first_host})
         tail = f"; then failed too: {', '.join(others)}" if others else ""
         tail += f"; stopped by clusterkit: {', '.join(stopped)}" if stopped else ""
         findings.append(

@@ -251,3 +251,15 @@ def test_nccl_log_sections_are_split_from_stderr() -> None:
     own, logs = split_nccl_logs(stderr)
     assert "own line" in own and "NCCL INFO" not in own
     assert logs.strip() == "NCCL INFO x"
+
+
+def test_a_rank_killed_from_outside_beats_a_peer_that_aborted_earlier() -> None:
+    killed = (FIXTURES / "bench" / "torchrun-rank-sigkill.stderr.txt").read_bytes()
+    aborted = killed.replace(b"-9 (pid", b"-6 (pid").replace(
+        b"Signal 9 (SIGKILL)", b"Signal 6 (SIGABRT)"
+    )
+    runs = [_run("node3", 2, aborted, 1, 1.0), _run("node2", 1, killed, 1, 2.0)]
+    findings = _failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
+    failed = next(f for f in findings if f.id == "bench.rank-failed")
+    assert failed.hosts == ["node2"]
+    assert "then failed too: node3" in failed.message
