@@ -1,0 +1,173 @@
+"""Image specs, locks and rendering: pure parts, no engine, no network."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterkit.errors import ConfigError
+from clusterkit.image import lock as lockmod
+from clusterkit.image.render import drifted, labels, rendered_files, spec_tag, write_rendered
+from clusterkit.image.spec import load_spec
+
+IMAGES = Path(__file__).resolve().parents[2] / "images"
+
+
+def _report(torch_version: str, requires: list[str], extra: list[str] = ()) -> list[dict[str, Any]]:
+    """The shape of `pip install --dry-run --report` entries (fields the lock reads)."""
+
+    def entry(name: str, version: str, requires_dist: list[str] | None = None) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "version": version, "requires_dist": requires_dist},
+            "download_info": {
+                "url": f"https://files.example/{name}-{version}-py3-none-any.whl",
+                "archive_info": {"hashes": {"sha256": "ab" * 32}},
+            },
+        }
+
+    entries = [entry("torch", torch_version, requires)]
+    for item in [*requires, *extra]:
+        name, _, version = item.partition(" (==")
+        if version:
+            entries.append(entry(name, version.split(")")[0]))
+    return entries
+
+
+CU124 = [
+    'nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux"',
+    'nvidia-cudnn-cu12 (==9.1.0.70) ; platform_system == "Linux"',
+    'nvidia-nccl-cu12 (==2.21.5) ; platform_system == "Linux"',
+    "filelock",
+]
+
+
+@pytest.fixture
+def cuda_spec(tmp_path: Path):
+    shutil.copy(IMAGES / "train-cu124" / "image.yaml", tmp_path / "image.yaml")
+    return load_spec(tmp_path)
+
+
+def test_shipped_specs_load_and_locks_are_current():
+    for name in ("train-cu124", "cpu-torch"):
+        spec = load_spec(IMAGES / name)
+        assert lockmod.stale_reason(spec) is None, name
+        assert drifted(spec, lockmod.read_lock(spec)) == [], name
+
+
+def test_shipped_cuda_lock_pins_what_torch_2_5_1_requires():
+    lock = lockmod.read_lock(load_spec(IMAGES / "train-cu124"))
+    assert lock["torch"]["cuda"] == "12.4"
+    assert lock["torch"]["nccl"] == "2.21.5"
+    assert lock["torch"]["cudnn"] == "9.1.0.70"
+    assert lock["torch"]["min_driver"] == "550.54.14"
+    assert lock["torch"]["driver_floor"] == "525"
+    assert lock["base"]["digest"].startswith("sha256:")
+    assert all(len(p["sha256"]) == 64 for p in lock["packages"])
+
+
+def test_torch_facts_come_from_the_wheel_requires_dist(cuda_spec):
+    facts = lockmod.torch_facts(cuda_spec, _report("2.5.1", CU124))
+    assert (facts["cuda"], facts["cudnn"], facts["nccl"]) == ("12.4", "9.1.0.70", "2.21.5")
+    assert facts["min_driver"] == "550.54.14"
+
+
+def test_lock_refuses_a_wheel_built_for_another_cuda(cuda_spec):
+    other = [r.replace("12.4.127", "12.6.77") for r in CU124]
+    with pytest.raises(ConfigError, match=r"built for CUDA 12\.6"):
+        lockmod.torch_facts(cuda_spec, _report("2.5.1", other))
+
+
+def test_lock_refuses_an_nccl_other_than_the_spec_expects(cuda_spec):
+    other = [r.replace("2.21.5", "2.20.5") for r in CU124]
+    with pytest.raises(ConfigError, match=r"pins NCCL 2\.20\.5"):
+        lockmod.torch_facts(cuda_spec, _report("2.5.1", other))
+
+
+def test_cpu_variant_refuses_a_cuda_wheel(tmp_path: Path):
+    shutil.copy(IMAGES / "cpu-torch" / "image.yaml", tmp_path / "image.yaml")
+    spec = load_spec(tmp_path)
+    with pytest.raises(ConfigError, match="variant is cpu"):
+        lockmod.torch_facts(spec, _report("2.13.0", CU124))
+    assert lockmod.torch_facts(spec, _report("2.13.0+cpu", ["filelock"]))["cuda"] is None
+
+
+def test_manylinux_platforms_cover_older_tags():
+    tags = lockmod.manylinux_platforms("2.28")
+    assert tags[0] == "manylinux_2_28_x86_64"
+    assert {"manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_17_x86_64"} <= set(tags)
+
+
+def test_stale_lock_is_detected_after_a_spec_change(tmp_path: Path):
+    for name in ("image.yaml", "image.lock.json"):
+        shutil.copy(IMAGES / "train-cu124" / name, tmp_path / name)
+    assert lockmod.stale_reason(load_spec(tmp_path)) is None
+    text = (tmp_path / "image.yaml").read_text().replace("numpy==1.26.4", "numpy==2.0.0")
+    (tmp_path / "image.yaml").write_text(text)
+    assert "spec changed" in (lockmod.stale_reason(load_spec(tmp_path)) or "")
+
+
+def test_render_is_deterministic_and_drift_is_caught(tmp_path: Path):
+    for name in ("image.yaml", "image.lock.json"):
+        shutil.copy(IMAGES / "train-cu124" / name, tmp_path / name)
+    spec = load_spec(tmp_path)
+    lock = lockmod.read_lock(spec)
+    assert rendered_files(spec, lock) == rendered_files(load_spec(tmp_path), lock)
+    write_rendered(spec, lock)
+    assert drifted(spec, lock) == []
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("--require-hashes", ""))
+    assert drifted(spec, lock) == ["Dockerfile"]
+
+
+def test_dockerfile_pins_base_hashes_constraints_and_labels(cuda_spec):
+    lock = lockmod.read_lock(load_spec(IMAGES / "train-cu124"))
+    text = rendered_files(cuda_spec, lock)["Dockerfile"]
+    assert f"FROM nvidia/cuda:12.4.1-base-ubuntu22.04@{lock['base']['digest']}" in text
+    assert "--require-hashes" in text and "PIP_CONSTRAINT=/etc/pip/constraint.txt" in text
+    assert "syntax=" not in text and "--mount" not in text  # classic builder only
+    found = labels(cuda_spec, lock)
+    assert found["org.opencontainers.image.created"] == "1970-01-01T00:00:00Z"
+    assert found["io.clusterkit.nccl"] == "2.21.5"
+    assert found["io.clusterkit.min-driver"] == "550.54.14"
+    assert found["org.opencontainers.image.version"] == spec_tag(cuda_spec, lock)
+    constraints = rendered_files(cuda_spec, lock)["constraints.txt"]
+    assert "nvidia-nccl-cu12==2.21.5" in constraints and "--hash" not in constraints
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("variant: cu124", "variant: rocm"), "torch.variant"),
+        (("image: nvidia/cuda:12.4.1-base-ubuntu22.04", "image: a@sha256:00"), "base.image"),
+        (('python: "3.10"', 'python: "three"'), "python must be"),
+        (("network: infiniband", "network: carrier-pigeon"), "network must be"),
+        (("shm_size", "shm_bytes"), "runtime: unknown keys shm_bytes"),
+    ],
+)
+def test_bad_specs_name_the_file_and_key(tmp_path: Path, edit, message):
+    text = (IMAGES / "train-cu124" / "image.yaml").read_text()
+    if edit[0] == "shm_size":
+        text = text.replace("  ipc: host", "  ipc: host\n  shm_bytes: 1")
+    else:
+        assert edit[0] in text
+        text = text.replace(edit[0], edit[1])
+    (tmp_path / "image.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message) as error:
+        load_spec(tmp_path)
+    assert str(tmp_path / "image.yaml") in str(error.value)
+
+
+def test_spec_hash_ignores_location_but_not_content(tmp_path: Path):
+    one, two = tmp_path / "a", tmp_path / "b"
+    for folder in (one, two):
+        folder.mkdir()
+        shutil.copy(IMAGES / "train-cu124" / "image.yaml", folder / "image.yaml")
+    assert load_spec(one).sha256() == load_spec(two).sha256()
+    (two / "image.yaml").write_text((two / "image.yaml").read_text().replace("16g", "8g") + "\n")
+    (two / "image.yaml").write_text(
+        (two / "image.yaml").read_text().replace("memlock: unlimited", "memlock: default")
+    )
+    assert load_spec(one).sha256() != load_spec(two).sha256()
