@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 BEGIN = b"\n--clusterkit-begin--\n"
 END = b"\n--clusterkit-end--\n"
@@ -255,7 +256,7 @@ def pick_mesh_port(port_range, reserved, seed):
     per node so a rerun tests the same port, verified free now; the mesh phase binds it."""
     low, high = port_range
     span = max(1, high - low + 1)
-    start = low + (sum(bytearray(seed.encode())) * 7919) % span
+    start = low + zlib.crc32(seed.encode()) % span
     taken = local_ports() | set(reserved)
     for step in range(min(span, 512)):
         port = low + (start - low + step) % span
@@ -276,18 +277,28 @@ def phase_facts(args):
     def collect(key, argv):
         if os.geteuid() != 0:
             firewall[key] = {"state": "unknown", "reason": "not root (uid %d)" % os.geteuid()}
+        elif key == "iptables-legacy" and not read_text("/proc/net/ip_tables_names"):
+            firewall[key] = {"state": "ok", "text": "", "reason": "no legacy tables loaded"}
         else:
             firewall[key] = run_tool(argv, tool_timeout)
 
-    for key, argv in FIREWALL_TOOLS:
-        thread = threading.Thread(target=collect, args=(key, argv))
+    def start(target, *args):
+        thread = threading.Thread(target=target, args=args)
         thread.daemon = True
         thread.start()
         threads.append(thread)
 
+    for key, argv in FIREWALL_TOOLS:
+        start(collect, key, argv)
+    names = {}
+
+    def look_up(key, name):
+        names[key] = resolve_bounded(name, timeout)
+
     master = args.get("master")
-    result["master"] = resolve_bounded(master, timeout) if master else None
-    result["own_name"] = resolve_bounded(hostname, timeout)
+    if master:
+        start(look_up, "master", master)
+    start(look_up, "own_name", hostname)
     result["interfaces"], result["interfaces_error"] = interfaces(tool_timeout)
     result["env"] = {
         key: os.environ.get(key) for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -310,6 +321,9 @@ def phase_facts(args):
     for key, _argv in FIREWALL_TOOLS:
         firewall.setdefault(key, {"state": "unknown", "reason": "collector did not finish"})
     result["firewall"] = firewall
+    unanswered = {"addresses": [], "error": "no answer within %ss" % timeout}
+    result["master"] = names.get("master", dict(unanswered, name=master)) if master else None
+    result["own_name"] = names.get("own_name", dict(unanswered, name=hostname))
     return result
 
 
@@ -446,8 +460,10 @@ def connect_once(target, source, timeout, name):
 
 
 def probe_target(target, source, name, connect_timeout, window_end):
-    """Connect until it works or the window ends; retry "refused" only, because a peer that
-    started a moment later has not bound yet, while a timeout already used its bound."""
+    """Connect until it works or the window ends. Only a refused port is retried, because a
+    peer started a moment later has not bound yet; a timeout already used its whole bound.
+    Refused at first and silent later stays refused: the kernel rate-limits the ICMP errors
+    of a REJECT rule."""
     started = time.monotonic()
     attempts = 0
     while True:
@@ -455,7 +471,6 @@ def probe_target(target, source, name, connect_timeout, window_end):
         budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
         result, detail = connect_once(target, source, budget, name)
         if result == "timeout" and attempts > 1:
-            # Refused before, silent now: the kernel rate-limits the ICMP errors of REJECT.
             result, detail = "refused", "refused on every attempt (%d)" % (attempts - 1)
             break
         if result != "refused" or time.monotonic() + 0.2 >= window_end:
@@ -510,6 +525,7 @@ def phase_mesh(args):
     results = [None] * len(args.get("targets", []))
 
     def run(index, target):
+        time.sleep(min(0.5, index * 0.01))  # spread the first SYNs (and ARP requests) a little
         results[index] = probe_target(target, args.get("source"), name, connect_timeout, window_end)
 
     workers = []

@@ -1,0 +1,91 @@
+"""The network stage on 4 and on 32 local nodes (network namespaces with sshd, real SSH).
+
+The mesh runs on every node at once, so 32 nodes should take at most 2x the time of 4.
+Prints the median of a few runs per size and the ratio; exit status 1 when over the target.
+
+    python benchmarks/bench_network.py [--runs 3] [--sizes 4 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from clusterkit.checks.model import Status
+from clusterkit.inventory.loader import load_inventory
+from clusterkit.net.stage import run_network_stage
+from clusterkit.transport.base import Deadline
+from clusterkit.transport.connect import connect_all
+from clusterkit.transport.endpoint import ConnectOptions
+from tests.support.netcluster import NetCluster, unavailable_reason
+
+TARGET_RATIO = 2.0
+# The kernel's ARP table is shared by every network namespace; its default hard limit (1024
+# entries) overflows with a 32-node full mesh (32 x 31 entries) plus anything else running,
+# and then first contacts silently time out. Real clusters keep one table per machine.
+NEIGH_LIMITS = {"gc_thresh1": 1024, "gc_thresh2": 8192, "gc_thresh3": 16384}
+
+
+def raise_neighbour_limits() -> None:
+    for name, wanted in NEIGH_LIMITS.items():
+        path = Path(f"/proc/sys/net/ipv4/neigh/default/{name}")
+        if int(path.read_text()) < wanted:
+            path.write_text(f"{wanted}\n")
+
+
+def measure(nodes: int, runs: int) -> list[float]:
+    """Seconds of run_network_stage per run, connections opened beforehand (as in check)."""
+    with NetCluster(nodes) as cluster, tempfile.TemporaryDirectory() as tmp:
+        path = cluster.inventory(
+            Path(tmp) / "inventory.yaml", python_interpreter="/usr/bin/python3"
+        )
+        inventory = load_inventory(path)
+        connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
+        if connections.failures:
+            raise SystemExit(f"could not connect: {connections.failures}")
+        times = []
+        try:
+            for _ in range(runs):
+                started = time.monotonic()
+                findings, _raw = run_network_stage(
+                    connections.transports, inventory, {}, Deadline.after(120)
+                )
+                times.append(time.monotonic() - started)
+                bad = [f"{f.id}: {f.message}" for f in findings if f.status is not Status.OK]
+                if bad:
+                    raise SystemExit(f"{nodes} nodes not healthy: {bad}")
+        finally:
+            connections.close()
+        return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs=2, default=(4, 32), metavar=("SMALL", "LARGE"))
+    args = parser.parse_args()
+    reason = unavailable_reason()
+    if reason:
+        print(f"bench_network: cannot build a local cluster: {reason}", file=sys.stderr)
+        return 2
+    raise_neighbour_limits()
+    medians = {}
+    for size in args.sizes:
+        times = measure(size, args.runs)
+        medians[size] = statistics.median(times)
+        print(f"{size:>3} nodes: median {medians[size]:.2f} s  runs {[round(t, 2) for t in times]}")
+    small, large = args.sizes
+    ratio = medians[large] / medians[small]
+    verdict = "ok" if ratio <= TARGET_RATIO else "over target"
+    print(f"ratio {large}/{small} nodes: {ratio:.2f} (target <= {TARGET_RATIO:g}): {verdict}")
+    return 0 if ratio <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
