@@ -33,7 +33,7 @@ EXIT_FAILED = 1  # a rank failed or the data came back wrong
 EXIT_USAGE = 2  # bad flags
 EXIT_WORLD = 3  # world size mismatch or ranks that never arrived: the run could not start
 
-_DTYPES = {
+DTYPES = {
     # nccl-tests name: (torch attribute, element bytes)
     "int8": ("int8", 1),
     "uint8": ("uint8", 1),
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
     parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warmup iterations")
     parser.add_argument("-c", "--check", type=int, default=1, help="check correctness (0/1)")
-    parser.add_argument("-d", "--datatype", default="float", choices=sorted(_DTYPES))
+    parser.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPES))
     parser.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     parser.add_argument(
         "--expect-world-size", type=int, default=None, help="nodes x GPUs; checked first"
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(args: argparse.Namespace) -> tuple[list[int], str, int]:
-    torch_name, elem_bytes = _DTYPES[args.datatype]
+    torch_name, elem_bytes = DTYPES[args.datatype]
     try:
         sizes = size_sweep(
             parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, elem_bytes

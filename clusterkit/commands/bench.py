@@ -8,7 +8,7 @@ import time
 
 from clusterkit.bench.launcher import BenchOptions, BenchOutcome, launch_bench
 from clusterkit.bench.nccltests import write_json
-from clusterkit.bench.worker import parse_size
+from clusterkit.bench.worker import DTYPES, parse_size
 from clusterkit.checks.model import Finding, Status
 from clusterkit.commands.check import (
     connect_options,
@@ -41,11 +41,9 @@ def bench_options(args: argparse.Namespace, facts: dict) -> BenchOptions:
             gate_size = parse_size(args.gate_size)
         except ValueError as error:
             raise UsageError(f"clusterkit bench --gate-size: {error}") from None
-    from clusterkit.bench.worker import _DTYPES
-
-    if args.datatype not in _DTYPES:
+    if args.datatype not in DTYPES:
         raise UsageError(
-            f"clusterkit bench -d: unknown type {args.datatype!r} ({', '.join(sorted(_DTYPES))})"
+            f"clusterkit bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})"
         )
     return BenchOptions(
         minbytes=args.minbytes,
