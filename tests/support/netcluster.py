@@ -717,6 +717,7 @@ class NetCluster:
         self.authorized_keys_path.write_text(Path(f"{self.key_path}.pub").read_text())
         self.flushed_rules_path.write_text(FLUSHED_FILTER_TABLE)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
+        raise_neighbour_table_limits()
         run(["ip", "link", "add", self.bridge, "type", "bridge"])
         run(["ip", "addr", "add", f"{self.bridge_address}/24", "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
@@ -737,6 +738,20 @@ class NetCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
         self._spawned.clear()
+
+
+# Every namespace shares the kernel's ARP table (default limit 1024 entries): a 32-node mesh
+# needs ~1000, and overflow shows up as node-to-node connects timing out for no visible reason.
+NEIGHBOUR_LIMITS = {"gc_thresh1": 1024, "gc_thresh2": 8192, "gc_thresh3": 16384}
+
+
+def raise_neighbour_table_limits() -> None:
+    for family in ("ipv4", "ipv6"):
+        for name, wanted in NEIGHBOUR_LIMITS.items():
+            path = Path(f"/proc/sys/net/{family}/neigh/default/{name}")
+            with contextlib.suppress(OSError, ValueError):
+                if int(path.read_text()) < wanted:
+                    path.write_text(str(wanted))
 
 
 def cluster_records() -> list[dict[str, Any]]:
