@@ -1,0 +1,98 @@
+"""`clusterkit check` as people run it: a subprocess, its exit status, stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STATIC_ONLY = ["--skip", "network,bench,image"]
+
+
+def clusterkit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "clusterkit", *args],
+        capture_output=True, text=True, timeout=120, cwd=cwd or REPO, check=False,
+    )  # fmt: skip
+
+
+def assert_usage_error(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("clusterkit: error: ")
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["check", "--bogus"], ["--bogus"]),
+        (["check", "--skip", "network,nope"], ["--skip", "nope"]),
+        (["check", "--timeout", "soon"], ["--timeout"]),
+        (["check", "--format", "yaml"], ["--format"]),
+        (["check", "/nonexistent/inventory.yaml"], ["/nonexistent/inventory.yaml"]),
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(args: list[str], words: list[str]) -> None:
+    done = clusterkit(*args)
+    assert_usage_error(done, *words)
+    assert done.stdout == ""
+
+
+def test_malformed_inventory_names_the_file(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("all:\n  hosts: [a, b\n")
+    assert_usage_error(clusterkit("check", str(inventory)), str(inventory))
+
+
+@pytest.fixture(scope="module")
+def local_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One real check of this machine (no inventory), JSON to stdout and text to a file."""
+    where = tmp_path_factory.mktemp("cli")
+    done = clusterkit("check", "--format", "json", *STATIC_ONLY, cwd=where)
+    return done, where
+
+
+def test_check_without_inventory_checks_this_machine(local_check) -> None:
+    done, _ = local_check
+    assert done.returncode in (0, 1), done.stderr  # never usage (2) or incomplete (3)
+    report = json.loads(done.stdout)
+    assert report["exit_status"] == done.returncode
+    assert report["verdict"] == {0: "pass", 1: "fail"}[done.returncode]
+    assert report["inventory"] is None
+    (host,) = report["hosts"].values()
+    assert host["reachable"] is True
+    assert host["facts"]["python"]["version"].count(".") == 2
+    ids = {f["id"] for f in report["findings"]}
+    assert {"host.reachable", "parity.driver", "torch.present", "env.shm"} <= ids
+    assert all(report["stages"][s] == "skipped by --skip" for s in ("network", "bench", "image"))
+
+
+def test_output_file_gets_the_report(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    done = clusterkit("check", "--format", "json", "--output", str(target), *STATIC_ONLY)
+    assert done.returncode in (0, 1), done.stderr
+    assert done.stdout == ""
+    report = json.loads(target.read_text())
+    assert report["exit_status"] == done.returncode
+    assert done.stderr.strip().splitlines()[-1].startswith("verdict: ")
+
+
+def test_output_to_an_unwritable_place_is_a_usage_error(tmp_path: Path) -> None:
+    done = clusterkit("check", "--output", str(tmp_path / "no" / "dir" / "r.txt"), *STATIC_ONLY)
+    assert_usage_error(done, "cannot write the report")
+
+
+def test_plain_text_when_piped_ends_with_the_verdict(tmp_path: Path) -> None:
+    done = clusterkit("check", *STATIC_ONLY)
+    assert done.returncode in (0, 1), done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(("verdict: PASS (exit 0)", "verdict: FAIL (exit 1)"))
+    assert "\x1b[" not in done.stdout  # no colour codes in a pipe
