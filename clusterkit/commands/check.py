@@ -199,6 +199,7 @@ def run_stages(
         findings.append(Finding("bench.busbw", Status.SKIP, f"bench not run: {why}", stage="bench"))
     else:
         from clusterkit.bench.launcher import BenchOptions, launch_bench
+        from clusterkit.commands.bench import bench_details
 
         bar.phase("bench", 1)
         bench_settings = settings.raw.get("bench") or {}
@@ -219,11 +220,7 @@ def run_stages(
         if outcome.interrupted:
             raise KeyboardInterrupt
         findings += outcome.findings
-        details["bench"] = {
-            "result": outcome.result,
-            "table": outcome.table,
-            "seconds": round(outcome.duration, 3),
-        }
+        details["bench"] = {**bench_details(outcome), "table": outcome.table}
         stages["bench"] = "ran"
     return details
 
