@@ -52,6 +52,19 @@ def test_malformed_inventory_names_the_file(tmp_path: Path) -> None:
     assert_usage_error(clusterkit("check", str(inventory)), str(inventory))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="expect pins are validated only when the checks run: a ValueError traceback, exit 1",
+)
+def test_malformed_expect_pin_is_a_usage_error(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        "  vars:\n    clusterkit:\n      expect:\n        torch: latest\n"
+    )
+    assert_usage_error(clusterkit("check", str(inventory), *STATIC_ONLY), "latest")
+
+
 @pytest.fixture(scope="module")
 def local_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One real check of this machine (no inventory), JSON to stdout and text to a file."""
