@@ -15,6 +15,7 @@ from clusterkit.errors import InventoryError
 from clusterkit.inventory.graph import Origin
 from clusterkit.inventory.model import ClusterSettings, Expectations
 from clusterkit.inventory.yamlfile import LineMap, is_template
+from clusterkit.versions import Constraint
 
 VARIABLE = "clusterkit"
 _TOP_KEYS = (
@@ -56,6 +57,21 @@ class _Validator:
                 )
                 self.fail(f"{key}.{name}", "unknown key", _key_line(value, name), hint=hint)
         return value
+
+    def constraint(self, parent: Mapping[str, Any], key: str, name: str) -> str | None:
+        """A version pin such as ">=550" or "2.5.1": rejected here, not when checks run."""
+        text = self.text(parent, key, name)
+        if text is not None:
+            try:
+                Constraint(text)
+            except ValueError:
+                self.fail(
+                    f"{key}.{name}",
+                    f"{text!r} is not a version constraint",
+                    _key_line(parent, name),
+                    hint='write a version or a range, e.g. "2.5.1" or ">=550,<560"',
+                )
+        return text
 
     def text(self, parent: Mapping[str, Any], key: str, name: str) -> str | None:
         value = parent.get(name)
@@ -115,7 +131,7 @@ def parse_settings(value: Any, origin: Origin) -> ClusterSettings:
     rdzv_port = check.integer(top, VARIABLE, "rdzv_port", 1, 65535)
     expectations = Expectations(
         gpus_per_node=check.integer(expect, f"{VARIABLE}.expect", "gpus_per_node", 0, 1024),
-        **{name: check.text(expect, f"{VARIABLE}.expect", name) for name in _VERSION_KEYS},
+        **{name: check.constraint(expect, f"{VARIABLE}.expect", name) for name in _VERSION_KEYS},
     )
     return ClusterSettings(
         master=check.text(top, VARIABLE, "master"),

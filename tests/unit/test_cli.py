@@ -52,10 +52,6 @@ def test_malformed_inventory_names_the_file(tmp_path: Path) -> None:
     assert_usage_error(clusterkit("check", str(inventory)), str(inventory))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expect pins are validated only when the checks run: a ValueError traceback, exit 1",
-)
 def test_malformed_expect_pin_is_a_usage_error(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(
