@@ -50,8 +50,8 @@ def test_images_workflow_passes_actionlint():
     order = [
         text.index(step)
         for step in (
-            "lock --check",
-            "render --check",
+            "clusterkit image lock --check",
+            "clusterkit image render --check",
             "image build",
             "image verify",
             "image push",
