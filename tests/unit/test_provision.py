@@ -1,0 +1,82 @@
+"""`clusterkit provision`: argv construction, tag validation, playbook lookup, missing ansible."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterkit import cli
+from clusterkit.commands.provision import plan
+from clusterkit.errors import UsageError
+from clusterkit.provision import PlaybookRun, build_argv, find_playbook
+
+INVENTORY = "all:\n  hosts:\n    node1: {ansible_host: 10.0.0.1}\n    node2:\n"
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> str:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(INVENTORY)
+    return str(path)
+
+
+def test_argv_has_every_option_as_its_own_item(inventory: str) -> None:
+    args = cli.parse(
+        ["provision", inventory, "--tags", "firewall,limits", "--limit", "node1", "--check",
+         "--diff", "-e", "shm_size=64g", "-vv"]
+    )  # fmt: skip
+    argv = build_argv(plan(args), "/usr/bin/ansible-playbook")
+    assert argv[:3] == ["/usr/bin/ansible-playbook", "-i", inventory]
+    assert argv[3].endswith("playbooks/site.yml")
+    assert argv[4:] == [
+        "--tags", "firewall,limits", "--limit", "node1", "--check", "--diff",
+        "-e", "shm_size=64g", "-vv",
+    ]  # fmt: skip
+
+
+def test_plain_run_passes_only_inventory_and_playbook(tmp_path: Path) -> None:
+    run = PlaybookRun(inventory="inv; rm -rf /", playbook=tmp_path / "site.yml")
+    assert build_argv(run) == ["ansible-playbook", "-i", "inv; rm -rf /", str(run.playbook)]
+
+
+def test_unknown_tag_is_a_usage_error(inventory: str) -> None:
+    with pytest.raises(UsageError, match="unknown tag fw"):
+        plan(cli.parse(["provision", inventory, "--tags", "fw"]))
+
+
+def test_limit_naming_no_host_is_rejected_before_ansible_runs(inventory: str) -> None:
+    with pytest.raises(UsageError):
+        plan(cli.parse(["provision", inventory, "--limit", "node9"]))
+
+
+def test_playbook_found_in_the_checkout() -> None:
+    assert find_playbook() == Path(__file__).resolve().parents[2] / "playbooks" / "site.yml"
+
+
+def _clusterkit(argv: list[str], path: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": path}
+    return subprocess.run(
+        [sys.executable, "-m", "clusterkit", *argv],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_missing_ansible_playbook_says_how_to_install(inventory: str, tmp_path: Path) -> None:
+    done = _clusterkit(["provision", inventory], str(tmp_path))  # PATH without ansible
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "ansible-playbook is not installed" in lines[0]
+    assert "pip install ansible-core" in lines[0]
+
+
+def test_bad_inventory_exits_2_before_ansible(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("all:\n  hosts:\n    1234:\n")
+    done = _clusterkit(["provision", str(bad)], os.environ["PATH"])
+    assert done.returncode == 2
+    assert str(bad) in done.stderr and "Traceback" not in done.stderr
