@@ -149,13 +149,13 @@ def container_cluster(
     try:
         for name in names:
             container = f"ck-{run_id}-{name}"
+            cluster.containers.append(container)  # removed even if `run` fails midway
             _docker(
                 "run", "-d", "--name", container, "--hostname", name, "--network", network,
                 "--label", LABEL, "--cap-add", "NET_ADMIN", "--cap-add", "SYS_ADMIN",
                 *(f"--ulimit={limit}" for limit in ulimits),
                 "-v", f"{authorized}:/root/.ssh/authorized_keys:ro", image,
             )  # fmt: skip
-            cluster.containers.append(container)
             address = _docker(
                 "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
                 container,
