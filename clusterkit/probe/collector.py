@@ -50,37 +50,61 @@ class ToolError(Exception):
 # the probe itself is told to stop, it must take them down with it.
 _children = set()
 _children_lock = threading.Lock()
+_stopping = False
+
+
+def _direct_children():
+    """Our children from /proc: catches a tool forked but not yet registered by Popen."""
+    me = str(os.getpid())
+    found = set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            stat = read("/proc/%s/stat" % entry) or ""
+            fields = stat.rsplit(")", 1)[-1].split()
+            if len(fields) > 1 and fields[1] == me:
+                found.add(int(entry))
+    return found
 
 
 def kill_children_and_exit(signum, frame):
-    with _children_lock:
-        for pid in _children:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+    global _stopping
+    # Runs in the main thread, which never holds the lock; a worker holds it only to spawn.
+    _children_lock.acquire(timeout=2)
+    _stopping = True
+    # Registered tools first (fast), then any child /proc shows (slow on a busy machine).
+    for victims in (lambda: set(_children), _direct_children):
+        for pid in victims():
+            # The group takes the tool's own children; the pid covers a child caught between
+            # fork and setsid, which is not yet the leader of the group we would signal.
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(OSError):
+                    kill(pid, signal.SIGKILL)
     os._exit(128 + signum)
 
 
 def run_tool(argv, timeout=TOOL_TIMEOUT):
-    """Run a tool in its own process group; kill the group if it outlives its timeout."""
+    """Run a tool with a timeout. Tools stay in the probe's process group, so the control
+    side's kill of that group (deadline, Ctrl-C) takes every tool down with the probe."""
     if shutil.which(argv[0]) is None:
         raise ToolError("absent: %s not found on PATH" % argv[0])
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as error:
-        raise ToolError("%s: %s" % (argv[0], error)) from None
+    # Spawn and register under the lock the stop handler takes: no tool starts after it looked.
     with _children_lock:
+        if _stopping:
+            raise ToolError("stopping: %s not started" % argv[0])
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as error:
+            raise ToolError("%s: %s" % (argv[0], error)) from None
         _children.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.communicate()
         raise ToolError("timeout: %s did not answer within %.0f s" % (argv[0], timeout)) from None
     finally:
@@ -216,11 +240,31 @@ print(json.dumps(info))
 """
 
 
+def add_site_packages():
+    """The probe starts with `python -S` (processing every .pth file costs ~0.2 s of CPU per
+    start on a well-stocked interpreter); the site-packages folders are all we need."""
+    import site
+
+    folders = list(getattr(site, "getsitepackages", list)())
+    if getattr(site, "ENABLE_USER_SITE", True) is not False:
+        folders.append(site.getusersitepackages())
+    for folder in folders:
+        if folder not in sys.path and os.path.isdir(folder):
+            sys.path.append(folder)
+
+
 def _torch_files():
     """torch's version facts read from its files, without paying for `import torch`."""
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
+    if spec is None and not sys.flags.no_site:
+        return None
+    if spec is None:  # maybe installed through a .pth file (editable builds): full site now
+        import site
+
+        site.main()
+        spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
         return None
     text = read(os.path.join(os.path.dirname(spec.origin), "version.py")) or ""
@@ -450,6 +494,8 @@ def run_parallel(jobs, timeout):
 
 def probe(options):
     started = time.monotonic()
+    if sys.flags.no_site:
+        add_site_packages()
     facts = {}
 
     def job(name, collector):

@@ -37,7 +37,8 @@ def probe_host(
     transport: Transport, interpreter: str, options: dict[str, Any], deadline: Deadline
 ) -> dict[str, Any]:
     """Run the collector on one host; raise TransportError with the reason when it fails."""
-    argv = [interpreter, "-", json.dumps(options, separators=(",", ":"))]
+    # -S: skip .pth processing at start-up; the collector adds site-packages itself.
+    argv = [interpreter, "-S", "-", json.dumps(options, separators=(",", ":"))]
     result = transport.run(argv, stdin=collector_source(), deadline=deadline)
     if result.timed_out:
         raise TransportError(

@@ -219,6 +219,8 @@ class SSHTransport:
                 if drained and (channel.eof_received or time.monotonic() - exited_at > 0.5):
                     break
         pgid, stderr = split_pgid(bytes(err))
+        if (timed_out or cancelled) and pgid is None:
+            pgid, stderr = split_pgid(self._await_pgid(channel, err))
         if timed_out or cancelled:
             self._kill_group(pgid)
             if cancelled:
@@ -236,12 +238,30 @@ class SSHTransport:
             time.monotonic() - started,
         )
 
+    @staticmethod
+    def _await_pgid(channel: paramiko.Channel, err: bytearray) -> bytes:
+        """Stopped before the wrapper reported its process group: give it 2 s to, so the
+        command can still be killed rather than left to its node-side timeout."""
+        limit = time.monotonic() + 2.0
+        while b"\n" not in err and time.monotonic() < limit and not channel.closed:
+            select.select([channel], [], [], 0.1)
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(_CHUNK)
+            while channel.recv_ready():
+                channel.recv(_CHUNK)
+        return bytes(err)
+
     def _kill_group(self, pgid: int | None) -> None:
         """Kill the remote process group over a fresh channel; `timeout -k` is the backstop."""
         if pgid is None or pgid <= 1:
             return
+        # TERM lets the node side clean up (the probe kills its tools' own groups); KILL
+        # follows once the group is gone or 2 s have passed.
         script = (
-            f"kill -TERM -- -{pgid} 2>/dev/null; sleep 0.5; kill -KILL -- -{pgid} 2>/dev/null; true"
+            f"kill -TERM -- -{pgid} 2>/dev/null; i=0; "
+            f"while kill -0 -- -{pgid} 2>/dev/null && [ $i -lt 20 ]; "
+            "do sleep 0.1; i=$((i+1)); done; "
+            f"kill -KILL -- -{pgid} 2>/dev/null; true"
         )
         deadline = Deadline.after(_KILL_SECONDS)
         try:
