@@ -159,10 +159,35 @@ class SSHTransport:
             return CommandResult(self.host, None, b"", b"", timed_out=True)
         channel = self._open_channel(deadline)
         try:
-            channel.exec_command(remote_command(argv, deadline.remaining()))
+            self._exec(channel, remote_command(argv, deadline.remaining()), deadline)
             return self._drive(channel, stdin, deadline, output_cap, started)
         finally:
             channel.close()
+
+    def _exec(self, channel: paramiko.Channel, command: str, deadline: Deadline) -> None:
+        """Start a command, bounded: paramiko waits for the server's answer to an exec request
+        without a timeout, so a watchdog closes the channel (which wakes it) at the deadline."""
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            channel.close()
+
+        watchdog = threading.Timer(max(0.0, deadline.remaining()), expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            channel.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            if fired.is_set():
+                raise TransportError(
+                    self.host, "timeout", "the server did not start the command before the deadline"
+                ) from None
+            raise TransportError(
+                self.host, "protocol", f"cannot start the command: {error}"
+            ) from None
+        finally:
+            watchdog.cancel()
 
     def _open_channel(self, deadline: Deadline) -> paramiko.Channel:
         transport = self._client.get_transport()
@@ -269,9 +294,12 @@ class SSHTransport:
         except TransportError:
             return
         try:
-            channel.exec_command(script)
+            self._exec(channel, script, deadline)
+            # The kill script prints nothing, so there is no output to drain here.
             while not channel.exit_status_ready() and not deadline.expired:
                 time.sleep(0.02)
+        except TransportError:
+            return
         finally:
             channel.close()
 
