@@ -193,9 +193,15 @@ class SSHTransport:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise TransportError(self.host, "unreachable", "the SSH connection was lost")
+        limit = max(0.1, min(deadline.remaining(), 15.0))
+        expires = time.monotonic() + limit
         try:
-            return transport.open_session(timeout=max(0.1, min(deadline.remaining(), 15.0)))
+            return transport.open_session(timeout=limit)
         except (paramiko.SSHException, OSError, EOFError) as error:
+            if time.monotonic() >= expires:
+                raise TransportError(
+                    self.host, "timeout", f"the server did not open a channel within {limit:.0f} s"
+                ) from None
             raise TransportError(self.host, "protocol", f"cannot open a channel: {error}") from None
 
     def _drive(
