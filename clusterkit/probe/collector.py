@@ -1,20 +1,19 @@
 """clusterkit node probe: runs ON each node, sent over stdin as `<python> - [JSON options]`.
 
-Stdlib only, Python 3.8+. Every collector runs in its own thread with its own timeout, so a
-wedged tool (nvidia-smi on a hung driver, a stuck docker daemon) costs its timeout and an
-error entry, never the whole probe. The result is printed between markers so a login banner
-or a noisy shell profile cannot corrupt it.
+Stdlib only, Python 3.8+, and cheap to start: it runs once per node per check, so modules
+that cost milliseconds to import (shutil, platform, ctypes.util, importlib.metadata) are
+replaced by the few lines the probe needs from them. Every collector runs in its own thread
+with its own timeout, so a wedged tool (nvidia-smi on a hung driver, a stuck docker daemon)
+costs its timeout and an error entry, never the whole probe. The result is printed between
+markers so a login banner or a noisy shell profile cannot corrupt it.
 """
 
 import contextlib
 import ctypes
-import ctypes.util
 import json
 import os
-import platform
 import re
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -82,10 +81,19 @@ def kill_children_and_exit(signum, frame):
     os._exit(128 + signum)
 
 
+def which(name):
+    """shutil.which for a bare command name, without importing shutil (and its codecs)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
 def run_tool(argv, timeout=TOOL_TIMEOUT):
     """Run a tool with a timeout. Tools stay in the probe's process group, so the control
     side's kill of that group (deadline, Ctrl-C) takes every tool down with the probe."""
-    if shutil.which(argv[0]) is None:
+    if which(argv[0]) is None:
         raise ToolError("absent: %s not found on PATH" % argv[0])
     # Spawn and register under the lock the stop handler takes: no tool starts after it looked.
     with _children_lock:
@@ -135,10 +143,11 @@ def collect_system(options):
     meminfo = read("/proc/meminfo") or ""
     match = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
     cpu_model = re.search(r"model name\s*:\s*(.+)", read("/proc/cpuinfo") or "")
+    uname = os.uname()
     return {
-        "os": os_release.get("PRETTY_NAME") or platform.platform(),
-        "kernel": platform.release(),
-        "arch": platform.machine(),
+        "os": os_release.get("PRETTY_NAME") or "%s %s" % (uname.sysname, uname.release),
+        "kernel": uname.release,
+        "arch": uname.machine,
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model.group(1).strip() if cpu_model else None,
         "memory_bytes": int(match.group(1)) * 1024 if match else None,
@@ -148,13 +157,19 @@ def collect_system(options):
 
 def collect_hostname(options):
     name = socket.gethostname()
+    fqdn = name
     try:
-        infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
+        # Bytes, so the idna codec is never imported; one forward lookup (AI_CANONNAME) gives
+        # the canonical name too, where getfqdn would add a reverse lookup that can stall.
+        infos = socket.getaddrinfo(
+            name.encode(), None, 0, socket.SOCK_STREAM, 0, socket.AI_CANONNAME
+        )
         addresses = sorted({info[4][0] for info in infos})
+        fqdn = next((info[3] for info in infos if info[3]), name)
         error = None
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         addresses, error = [], str(exc)
-    return {"hostname": name, "fqdn": socket.getfqdn(), "addresses": addresses, "error": error}
+    return {"hostname": name, "fqdn": fqdn, "addresses": addresses, "error": error}
 
 
 def _csv_value(text):
@@ -196,7 +211,7 @@ def parse_banner(text):
 
 
 def collect_gpus(options):
-    if shutil.which("nvidia-smi") is None:
+    if which("nvidia-smi") is None:
         return {"present": False, "count": 0, "devices": [], "reason": "nvidia-smi not found"}
     query = "--query-gpu=" + ",".join(GPU_FIELDS)
     results = {}
@@ -276,16 +291,25 @@ def _torch_files():
     return facts
 
 
-def _nccl_wheel():
-    try:
-        from importlib import metadata
-    except ImportError:
-        return None
-    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "nvidia-nccl"):
+NCCL_WHEEL = re.compile(r"^nvidia[-_]nccl(?:[-_](cu\d+))?-([^-]+)\.dist-info$", re.I)
+
+
+def _nccl_wheel(folders):
+    """The nvidia-nccl-cuXX wheel's version, from its dist-info folder name (importlib.metadata
+    would cost more to import than the whole rest of the probe)."""
+    found = {}
+    for folder in folders:
         try:
-            return metadata.version(dist)
-        except Exception:
+            names = os.listdir(folder)
+        except OSError:
             continue
+        for name in names:
+            match = NCCL_WHEEL.match(name)
+            if match:
+                found.setdefault((match.group(1) or "").lower(), match.group(2))
+    for flavour in ("cu13", "cu12", "cu11", ""):
+        if flavour in found:
+            return found[flavour]
     return None
 
 
@@ -293,7 +317,10 @@ def collect_torch(options):
     facts = _torch_files()
     if facts is None:
         return {"present": False, "interpreter": sys.executable, "reason": "torch not importable"}
-    facts.update({"present": True, "interpreter": sys.executable, "nccl_wheel": _nccl_wheel()})
+    folders = [os.path.dirname(facts["path"])] + [f for f in sys.path if f and os.path.isdir(f)]
+    facts.update(
+        {"present": True, "interpreter": sys.executable, "nccl_wheel": _nccl_wheel(folders)}
+    )
     # Importing torch costs seconds; do it only where it can tell us more than its files:
     # a CUDA build on a node with GPUs (the NCCL actually loaded, devices, arch list), or
     # when the inventory asks for it (clusterkit.probe.import_torch).
@@ -311,7 +338,9 @@ def collect_python(options):
     return {
         "version": "%d.%d.%d" % sys.version_info[:3],
         "executable": sys.executable,
-        "implementation": platform.python_implementation(),
+        "implementation": {"cpython": "CPython", "pypy": "PyPy"}.get(
+            sys.implementation.name, sys.implementation.name
+        ),
     }
 
 
@@ -325,9 +354,9 @@ def collect_env(options):
 
 def collect_docker(options):
     facts = {
-        "docker": shutil.which("docker"),
-        "nvidia_container_runtime": shutil.which("nvidia-container-runtime"),
-        "nvidia_ctk": shutil.which("nvidia-ctk"),
+        "docker": which("docker"),
+        "nvidia_container_runtime": which("nvidia-container-runtime"),
+        "nvidia_ctk": which("nvidia-ctk"),
     }
     daemon = read("/etc/docker/daemon.json")
     if daemon:
@@ -407,7 +436,8 @@ def collect_clock(options):
     """The kernel's own view (adjtimex: TIME_ERROR = unsynchronised), then chrony's offset."""
     facts = {"synchronized": None, "source": None, "offset_seconds": None}
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The interpreter links libc: its own handle has adjtimex, no library search needed.
+        libc = ctypes.CDLL(None, use_errno=True)
         timex = _Timex()
         state = libc.adjtimex(ctypes.byref(timex))
         if state >= 0:

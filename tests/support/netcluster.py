@@ -46,6 +46,8 @@ from typing import Any
 
 import yaml
 
+from clusterkit.probe.collector import GPU_FIELDS
+
 STATE_DIR = Path("/run/netcluster")
 SUBNET_PREFIX = "10.213"
 NODE_INTERFACE = "eth0"
@@ -55,6 +57,12 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 FAKE_NVIDIA_SMI = Path(__file__).resolve().with_name("fake_nvidia_smi.py")
 # Starts in ~25 ms and always exists where the tests run; the stand-in is stdlib only.
+# The probe's nvidia-smi invocations (clusterkit/probe/collector.py), answered from
+# pre-rendered output in normal mode.
+PROBE_NVIDIA_SMI_CALLS = {
+    "banner": [],
+    "query": ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"],
+}
 STAND_IN_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 FIRST_HOST_OCTET = 10  # node i gets <subnet>.<10 + i>; the bridge (control side) gets .1
 COMMAND_TIMEOUT = 20.0
@@ -453,14 +461,29 @@ class Node:
         if mode == "absent":
             wrapper.unlink(missing_ok=True)
             return
-        wrapper.write_text(
-            "#!/bin/sh\nexec "
-            + shlex.join([STAND_IN_PYTHON, "-S", "-E", str(FAKE_NVIDIA_SMI)])
-            + " "
-            + shlex.quote(str(self.gpu_state_path))
-            + ' "$@"\n'
+        stand_in = shlex.join(
+            [STAND_IN_PYTHON, "-S", "-E", str(FAKE_NVIDIA_SMI), str(self.gpu_state_path)]
         )
+        replay = self._replay_cases(stand_in, mode)
+        wrapper.write_text(f'#!/bin/sh\n{replay}exec {stand_in} "$@"\n')
         wrapper.chmod(0o755)
+
+    def _replay_cases(self, stand_in: str, mode: str) -> str:
+        """Shell cases answering the probe's two calls from output rendered now by the same
+        stand-in: a node then pays a `cat`, not a Python start, per call (the check benchmark
+        measures clusterkit, not the stand-in). Other calls and other modes run it live."""
+        if mode != "normal":
+            return ""
+        cases = []
+        for label, args in PROBE_NVIDIA_SMI_CALLS.items():
+            rendered = self.bin_dir / f"nvidia-smi.{label}.out"
+            done = subprocess.run(
+                [*shlex.split(stand_in), *args], capture_output=True, check=True, timeout=30
+            )
+            rendered.write_bytes(done.stdout)
+            pattern = shlex.quote(" ".join(args))
+            cases.append(f"  {pattern}) exec cat {shlex.quote(str(rendered))} ;;\n")
+        return 'case "$*" in\n' + "".join(cases) + "esac\n"
 
     def gpu_state(self) -> dict[str, Any]:
         """The state nvidia-smi reports from (for asserting on expected values)."""

@@ -205,3 +205,43 @@ def test_no_torch_is_reported_missing(tmp_path: Path) -> None:
     facts = _collect_torch(tmp_path, {}, python="/usr/bin/python3")
     assert facts["present"] is False
     assert facts["reason"] == "torch not importable"
+
+
+def test_nccl_wheel_version_from_dist_info(tmp_path: Path) -> None:
+    _fake_torch(tmp_path, CUDA_VERSION_PY)
+    (tmp_path / "nvidia_nccl_cu12-2.21.5.dist-info").mkdir()
+    (tmp_path / "nvidia_nccl_cu11-2.19.3.dist-info").mkdir()  # an older wheel left behind
+    (tmp_path / "nvidia_cudnn_cu12-9.1.0.70.dist-info").mkdir()
+    assert _collect_torch(tmp_path, {})["nccl_wheel"] == "2.21.5"
+
+
+def test_no_nccl_wheel_is_none(tmp_path: Path) -> None:
+    (tmp_path / "nvidia_nccl_cu12-2.21.5.egg-link").mkdir()  # not a dist-info folder
+    assert collector._nccl_wheel([str(tmp_path), str(tmp_path / "missing")]) is None
+
+
+def test_which_finds_executables_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "tool").chmod(0o755)
+    (tmp_path / "data").write_text("")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'missing'}:{tmp_path}")
+    assert collector.which("tool") == str(tmp_path / "tool")
+    assert collector.which("data") is None
+    assert collector.which("no-such-tool") is None
+
+
+def test_probe_imports_stay_light() -> None:
+    """The probe starts once per node per check: modules that cost milliseconds each to
+    import (and shutil pulls in compression codecs) must not creep back in."""
+    heavy = ("shutil", "platform", "ctypes.util", "importlib.metadata", "encodings.idna")
+    code = (
+        "import json, sys, collector\n"
+        "collector.probe({})\n"
+        f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={"PYTHONPATH": str(PROBE_DIR), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert json.loads(done.stdout.splitlines()[-1]) == []
