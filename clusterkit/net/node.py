@@ -1,4 +1,4 @@
-"""Network pre-flight, node side: shipped alone over stdin (`python3 - PHASE JSON-ARGS`).
+"""Network pre-flight, node side: shipped alone over stdin (`python3 -S - PHASE JSON-ARGS`).
 
 Stdlib only and Python 3.8+, because it runs with whatever interpreter the node has. Each
 phase is one execution; every socket operation and every external tool has its own bound so
@@ -20,7 +20,6 @@ import errno
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -54,8 +53,12 @@ def emit(payload):
 
 def find_tool(name):
     """Firewall tools live in sbin, which a non-login SSH session's PATH often lacks."""
-    path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(SBIN_DIRS)
-    return shutil.which(name, path=path)
+    folders = os.environ.get("PATH", "").split(os.pathsep) + list(SBIN_DIRS)
+    for folder in folders:
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def run_tool(argv, timeout):
@@ -122,7 +125,9 @@ def bounded(fn, timeout, *args):
 
 def resolve(name):
     seen = []
-    for info in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM):
+    # An ASCII name goes as bytes: a str would import the idna codec (milliseconds per node).
+    host = name.encode() if name.isascii() else name
+    for info in socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM):
         address = info[4][0]
         if address not in seen:
             seen.append(address)
@@ -194,22 +199,6 @@ def interfaces(timeout):
     return [found[name] for name in sorted(found)], error
 
 
-def local_ports():
-    """Every local TCP port in use, in any state (a listener or a connection's own port)."""
-    ports = set()
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(path) as handle:
-                next(handle, None)
-                for line in handle:
-                    fields = line.split()
-                    if len(fields) > 2:
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except OSError:
-            continue
-    return ports
-
-
 def port_holder(port, budget=1.0):
     """Which process listens on the port (pid and command), best effort within the budget."""
     inodes = set()
@@ -241,6 +230,26 @@ def port_holder(port, budget=1.0):
 
 
 def bindable(port):
+    """Whether the port is free right now: listeners, connections using it as their local
+    port and TIME_WAIT all refuse a bind without SO_REUSEADDR. Dual-stack where possible, so
+    IPv6-only users count too. (Cheaper than /proc/net/tcp, which walks the whole host's
+    socket table on every read.)"""
+    dual = socket.has_ipv6
+    sock = socket.socket(socket.AF_INET6 if dual else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if dual:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::" if dual else "0.0.0.0", port))
+        return True
+    except OSError as error:
+        if dual and error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+            return _bindable_v4(port)
+        return False
+    finally:
+        sock.close()
+
+
+def _bindable_v4(port):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind(("0.0.0.0", port))
@@ -257,7 +266,7 @@ def pick_mesh_port(port_range, reserved, seed):
     low, high = port_range
     span = max(1, high - low + 1)
     start = low + zlib.crc32(seed.encode()) % span
-    taken = local_ports() | set(reserved)
+    taken = set(reserved)
     for step in range(min(span, 512)):
         port = low + (start - low + step) % span
         if port not in taken and bindable(port):
@@ -313,7 +322,7 @@ def phase_facts(args):
     reserved = [int(port) for port in args.get("reserved_ports", [])]
     result["mesh_port"] = pick_mesh_port((low, high), reserved, hostname)
     result["reserved_in_use"] = {
-        str(port): port_holder(port) for port in reserved if port in local_ports()
+        str(port): port_holder(port) for port in reserved if not bindable(port)
     }
     stop = time.monotonic() + tool_timeout + 2
     for thread in threads:

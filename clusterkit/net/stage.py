@@ -43,7 +43,8 @@ def run_phase(
     source = node_script()
 
     def one(host: str) -> dict[str, Any]:
-        argv = [interpreters[host], "-", phase, json.dumps(args_by_host[host])]
+        # -S: the node script is stdlib only; skipping site saves every node a few ms of CPU.
+        argv = [interpreters[host], "-S", "-", phase, json.dumps(args_by_host[host])]
         result = transports[host].run(argv, stdin=source, deadline=deadline)
         try:
             payload = decode(result.stdout)
