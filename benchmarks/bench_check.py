@@ -6,8 +6,11 @@
     the second is the like-for-like floor the target is measured against;
 (b) `clusterkit check INV --skip network,bench,image`;
 (c) `ansible all -i INV -m setup -f 32` (Ansible's fact gathering: the tool people use today).
-Each runs 3 times; the medians are compared. Targets: clusterkit within 1.25x of the floor,
-and at least 5x faster than Ansible.
+Each runs 3 times; the medians are compared. Targets: clusterkit within 1.25x of the floor
+(both floors are reported: OpenSSH as shipped, which is what `ssh host true` costs a user, and
+the stricter same-key-exchange one), and at least 5x faster than Ansible. Each run also prints
+the machine's busy CPU: every node shares this machine's cores, so a run's wall time is bounded
+below by its CPU over the cores.
 Run as root (namespaces, sshd): python benchmarks/bench_check.py [--nodes N] [--repeat R]
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.machine import busy_cpu_seconds  # noqa: E402
 from tests.support.netcluster import NetCluster  # noqa: E402
 
 FLOOR_TARGET = 1.25  # clusterkit / floor at most
@@ -91,10 +95,15 @@ def ansible_setup(inventory: Path, nodes: int) -> None:
 def median_seconds(name: str, fn: Callable[[], None], repeat: int) -> float:
     times = []
     for attempt in range(1, repeat + 1):
-        started = time.perf_counter()
+        started, busy = time.perf_counter(), busy_cpu_seconds()
         fn()
         times.append(time.perf_counter() - started)
-        print(f"  {name:12} run {attempt}: {times[-1]:7.2f} s", flush=True)
+        busy = busy_cpu_seconds() - busy
+        print(
+            f"  {name:12} run {attempt}: {times[-1]:7.2f} s"
+            f"  (machine CPU {busy:5.2f} s: {busy / times[-1]:.1f} of {os.cpu_count()} cores)",
+            flush=True,
+        )
     return statistics.median(times)
 
 
@@ -117,18 +126,21 @@ def main() -> int:
         ansible = median_seconds(
             "ansible", lambda: ansible_setup(inventory, args.nodes), args.repeat
         )
-    vs_floor = check / floor
-    vs_ansible = ansible / check
     print(f"\nmedians over {args.repeat} runs on {args.nodes} hosts:")
     print(f"  ssh floor, OpenSSH default kex   {default_floor:7.2f} s")
     print(f"  ssh floor, curve25519-sha256     {floor:7.2f} s")
     print(f"  clusterkit check                 {check:7.2f} s")
     print(f"  ansible -m setup                 {ansible:7.2f} s")
-    floor_ok = "met" if vs_floor <= FLOOR_TARGET else "MISSED"
-    ansible_ok = "met" if vs_ansible >= ANSIBLE_TARGET else "MISSED"
-    print(f"clusterkit / floor   = {vs_floor:5.2f}x (target <= {FLOOR_TARGET}x): {floor_ok}")
-    print(f"clusterkit / OpenSSH default-kex floor = {check / default_floor:5.2f}x")
-    print(f"ansible / clusterkit = {vs_ansible:5.2f}x (target >= {ANSIBLE_TARGET}x): {ansible_ok}")
+    for label, ratio in (
+        ("OpenSSH floor as shipped (default kex)", check / default_floor),
+        ("OpenSSH floor, paramiko's kex (curve25519)", check / floor),
+    ):
+        verdict = "met" if ratio <= FLOOR_TARGET else "MISSED"
+        print(f"clusterkit / {label:43} = {ratio:5.2f}x (target <= {FLOOR_TARGET}x): {verdict}")
+    vs_ansible = ansible / check
+    verdict = "met" if vs_ansible >= ANSIBLE_TARGET else "MISSED"
+    label = "ansible / clusterkit"
+    print(f"{label:56} = {vs_ansible:5.2f}x (target >= {ANSIBLE_TARGET}x): {verdict}")
     return 0
 
 

@@ -9,6 +9,7 @@ Prints the median of a few runs per size and the ratio; exit status 1 when over 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.machine import busy_cpu_seconds
 from clusterkit.checks.model import Status
 from clusterkit.inventory.loader import load_inventory
 from clusterkit.net.stage import run_network_stage
@@ -39,8 +41,9 @@ def raise_neighbour_limits() -> None:
             path.write_text(f"{wanted}\n")
 
 
-def measure(nodes: int, runs: int) -> list[float]:
-    """Seconds of run_network_stage per run, connections opened beforehand (as in check)."""
+def measure(nodes: int, runs: int) -> tuple[list[float], list[float]]:
+    """(seconds, machine-wide busy CPU seconds) of run_network_stage per run, connections
+    opened beforehand (as in check)."""
     with NetCluster(nodes) as cluster, tempfile.TemporaryDirectory() as tmp:
         path = cluster.inventory(
             Path(tmp) / "inventory.yaml", python_interpreter="/usr/bin/python3"
@@ -49,20 +52,21 @@ def measure(nodes: int, runs: int) -> list[float]:
         connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
         if connections.failures:
             raise SystemExit(f"could not connect: {connections.failures}")
-        times = []
+        times, cpu = [], []
         try:
             for _ in range(runs):
-                started = time.monotonic()
+                started, busy = time.monotonic(), busy_cpu_seconds()
                 findings, _raw = run_network_stage(
                     connections.transports, inventory, {}, Deadline.after(120)
                 )
                 times.append(time.monotonic() - started)
+                cpu.append(busy_cpu_seconds() - busy)
                 bad = [f"{f.id}: {f.message}" for f in findings if f.status is not Status.OK]
                 if bad:
                     raise SystemExit(f"{nodes} nodes not healthy: {bad}")
         finally:
             connections.close()
-        return times
+        return times, cpu
 
 
 def main() -> int:
@@ -77,9 +81,14 @@ def main() -> int:
     raise_neighbour_limits()
     medians = {}
     for size in args.sizes:
-        times = measure(size, args.runs)
+        times, cpu = measure(size, args.runs)
         medians[size] = statistics.median(times)
-        print(f"{size:>3} nodes: median {medians[size]:.2f} s  runs {[round(t, 2) for t in times]}")
+        busy = statistics.median(cpu)
+        print(
+            f"{size:>3} nodes: median {medians[size]:.2f} s  runs {[round(t, 2) for t in times]}"
+            f"  machine CPU {busy:.2f} s ({busy / medians[size]:.1f} of {os.cpu_count()} cores"
+            f" busy, {1000 * busy / size:.0f} ms per node)"
+        )
     small, large = args.sizes
     ratio = medians[large] / medians[small]
     verdict = "ok" if ratio <= TARGET_RATIO else "over target"
