@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, section
 
 Remedy = Callable[[str, list[str]], "str | None"]
@@ -34,10 +34,8 @@ def _per_host(
 ) -> Finding:
     if not checked:
         return Finding(check_id, Status.SKIP, f"not checked: {none}")
-    if not bad:
-        return Finding(check_id, Status.OK, ok, hosts=checked)
-    detail = group_hosts(bad)
-    return Finding(check_id, status, f"{what}: {detail}", hosts=list(bad), found=bad, remedy=remedy)
+    failed = f"{what}: {group_hosts(bad)}"
+    return over_hosts(check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy)
 
 
 def group_hosts(by_host: dict[str, str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -39,3 +40,31 @@ class Finding:
         data = asdict(self)
         data["status"] = self.status.value
         return data
+
+
+def over_hosts(
+    check_id: str,
+    bad: Mapping[str, Any],
+    checked: Sequence[str],
+    *,
+    ok: str,
+    failed: str,
+    status: Status = Status.FAIL,
+    expected: Any = None,
+    remedy: str | None = None,
+) -> Finding:
+    """The one shape of a check over many hosts: OK on every checked host, or `status` on the
+    hosts in `bad` (host -> what was found there, which becomes the finding's `found`)."""
+    if not bad:
+        return Finding(
+            check_id, Status.OK, ok, hosts=list(checked), expected=expected, found=expected
+        )
+    return Finding(
+        check_id,
+        status,
+        failed,
+        hosts=list(bad),
+        expected=expected,
+        found=dict(bad),
+        remedy=remedy,
+    )

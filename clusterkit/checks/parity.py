@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Status, over_hosts
 
 Facts = Mapping[str, Mapping[str, Any]]
 Extractor = Callable[[Mapping[str, Any]], Any]
@@ -78,24 +78,14 @@ def parity_finding(
         return Finding(check_id, Status.SKIP, f"{what}: no host reports it")
     expected = majority(values)
     odd = {host: value for host, value in values.items() if value != expected}
-    hosts = list(values)
-    if not odd:
-        return Finding(
-            check_id,
-            Status.OK,
-            f"{what}: {expected} on all {len(hosts)} hosts",
-            hosts=hosts,
-            expected=expected,
-            found=expected,
-        )
     described = ", ".join(f"{host} has {value}" for host, value in odd.items())
-    return Finding(
+    return over_hosts(
         check_id,
-        Status.FAIL,
-        f"{what} differs: {len(values) - len(odd)} hosts have {expected}; {described}",
-        hosts=list(odd),
+        odd,
+        list(values),
+        ok=f"{what}: {expected} on all {len(values)} hosts",
+        failed=f"{what} differs: {len(values) - len(odd)} hosts have {expected}; {described}",
         expected=expected,
-        found=odd,
         remedy=remedy,
     )
 

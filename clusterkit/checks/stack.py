@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, nccl_version, section
 from clusterkit.inventory.model import Expectations
 from clusterkit.versions import Constraint, compare, driver_requirement, parse_version
@@ -52,24 +52,15 @@ def expectation_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> 
 
 def _pin(check_id, what, wanted, values, ok, tag, remedy) -> Finding:
     bad = {h: v for h, v in values.items() if not ok(v)}
-    if not bad:
-        return Finding(
-            check_id,
-            Status.OK,
-            f"{what} matches {wanted} on every host",
-            hosts=list(values),
-            expected=wanted,
-            found=wanted,
-        )
     described = ", ".join(f"{h} has {v if v is not None else 'none'}" for h, v in bad.items())
-    return Finding(
+    return over_hosts(
         check_id,
-        Status.FAIL,
-        f"{what} does not match {wanted}: {described}",
-        hosts=list(bad),
+        bad,
+        list(values),
+        ok=f"{what} matches {wanted} on every host",
+        failed=f"{what} does not match {wanted}: {described}",
         expected=wanted,
-        found=bad,
-        remedy=remedy(tag, list(bad)) if tag else None,
+        remedy=remedy(tag, list(bad)) if tag and bad else None,
     )
 
 
@@ -86,23 +77,14 @@ def _cuda_pin(facts: Facts, wanted: str) -> Finding:
             bad[host] = "torch is a CPU build"
         elif supported and compare(supported, wanted.lstrip("=<>~!")) < 0:
             bad[host] = f"driver supports CUDA up to {supported}"
-    if not bad:
-        return Finding(
-            "expect.cuda",
-            Status.OK,
-            f"CUDA {wanted} on every host",
-            hosts=list(facts),
-            expected=wanted,
-            found=wanted,
-        )
     described = "; ".join(f"{h}: {why}" for h, why in bad.items())
-    return Finding(
+    return over_hosts(
         "expect.cuda",
-        Status.FAIL,
-        f"CUDA {wanted} expected: {described}",
-        hosts=list(bad),
+        bad,
+        list(facts),
+        ok=f"CUDA {wanted} on every host",
+        failed=f"CUDA {wanted} expected: {described}",
         expected=wanted,
-        found=bad,
     )
 
 
