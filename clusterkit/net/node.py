@@ -41,6 +41,8 @@ FIREWALL_TOOLS = (
 )
 FIREWALL_TEXT_CAP = 1024 * 1024
 TCP_LISTEN_STATE = "0A"
+PEER_SECONDS = 2.0  # how long a listener gives one accepted peer to handshake and close
+CONNECT_WORKERS = 32  # connects in flight at once per node, whatever the cluster size
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
@@ -379,37 +381,76 @@ class Listener:
         self.error = self.error or "no address family could bind"
 
     def serve(self, until):
-        while self.sock is not None and time.monotonic() < until():
-            try:
-                ready, _, _ = select.select([self.sock], [], [], 0.05)
-            except (OSError, ValueError):
-                return
-            if not ready:
-                continue
-            try:
-                conn, _peer = self.sock.accept()
-            except OSError:
-                continue
-            worker = threading.Thread(target=self.answer, args=(conn,))
-            worker.daemon = True
-            worker.start()
+        """Accept and answer peers in this one thread: a node of a large cluster gets hundreds
+        of near-simultaneous connects, and a thread for each would cost more than the work.
+        poll, not select: descriptors past 1024 are normal at that scale."""
+        if self.sock is None:
+            return
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        pending = {}  # fd -> [socket, bytes read so far, give-up time, answered]
 
-    def answer(self, conn):
+        def drop(fd):
+            poller.unregister(fd)
+            pending.pop(fd)[0].close()
+
         try:
-            conn.settimeout(2.0)
-            line = read_line(conn)
-            parts = line.split()
-            if len(parts) >= 2 and parts[0] == HANDSHAKE.decode():
-                conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
-                with self.lock:
-                    self.seen.add(parts[1])
-                # Let the peer close first: TIME_WAIT then stays on its ephemeral port, not
-                # on ours, so a job binding the rendezvous port right after us is not refused.
-                conn.recv(16)
-        except OSError:
-            pass
+            while self.sock is not None and time.monotonic() < until():
+                try:
+                    events = poller.poll(50)
+                except OSError:
+                    return
+                now = time.monotonic()
+                for fd, _event in events:
+                    if fd == self.sock.fileno():
+                        conn = self._accept()
+                        if conn is not None:
+                            pending[conn.fileno()] = [conn, b"", now + PEER_SECONDS, False]
+                            poller.register(conn, select.POLLIN)
+                    elif fd in pending and not self._serve_peer(pending[fd]):
+                        drop(fd)
+                for fd in [fd for fd, state in pending.items() if state[2] < now]:
+                    drop(fd)
         finally:
-            conn.close()
+            for state in pending.values():
+                state[0].close()
+
+    def _accept(self):
+        try:
+            conn, _peer = self.sock.accept()
+        except OSError:
+            return None
+        conn.setblocking(False)
+        return conn
+
+    def _serve_peer(self, state):
+        """Read the peer's handshake line and answer it; False once the peer is done."""
+        conn = state[0]
+        try:
+            data = conn.recv(256)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data or state[3]:
+            # After our answer we wait for the peer to close first: TIME_WAIT then stays on
+            # its ephemeral port, not on ours, so a job binding the rendezvous port right
+            # after us is not refused.
+            return bool(data)
+        state[1] += data
+        if b"\n" not in state[1] and len(state[1]) < 256:
+            return True
+        parts = state[1].decode("utf-8", "replace").split()
+        if len(parts) < 2 or parts[0] != HANDSHAKE.decode():
+            return False
+        try:
+            conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
+        except OSError:
+            return False
+        state[3] = True
+        with self.lock:
+            self.seen.add(parts[1])
+        return True
 
     def close(self):
         if self.sock is not None:
@@ -533,13 +574,22 @@ def phase_mesh(args):
     window_end = time.monotonic() + window
     results = [None] * len(args.get("targets", []))
 
-    def run(index, target):
-        time.sleep(min(0.5, index * 0.01))  # spread the first SYNs (and ARP requests) a little
-        results[index] = probe_target(target, args.get("source"), name, connect_timeout, window_end)
+    queue = list(enumerate(args.get("targets", [])))
+    queue_lock = threading.Lock()
+
+    def work(worker):
+        time.sleep(min(0.5, worker * 0.01))  # spread the first SYNs (and ARP requests) a little
+        while True:
+            with queue_lock:
+                if not queue:
+                    return
+                index, target = queue.pop(0)
+            source = args.get("source")
+            results[index] = probe_target(target, source, name, connect_timeout, window_end)
 
     workers = []
-    for index, target in enumerate(args.get("targets", [])):
-        thread = threading.Thread(target=run, args=(index, target))
+    for worker in range(min(CONNECT_WORKERS, len(queue))):
+        thread = threading.Thread(target=work, args=(worker,))
         thread.daemon = True
         thread.start()
         workers.append(thread)

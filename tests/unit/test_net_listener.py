@@ -1,0 +1,73 @@
+"""The mesh listener (clusterkit/net/node.py) on loopback: many peers at once from one thread,
+a silent peer that must not stall the others, and a foreign client turned away."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from clusterkit.net import node
+from clusterkit.net.node import Listener
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    listener = Listener(_free_port(), "mesh", "node1")
+    listener.bind()
+    assert listener.state == "ok", listener.error
+    stop = time.monotonic() + 20
+    thread = threading.Thread(target=listener.serve, args=(lambda: stop,), daemon=True)
+    thread.start()
+    yield listener
+    stop = 0.0
+    thread.join(5)
+    listener.close()
+    assert not thread.is_alive()
+
+
+def _connect(port: int, name: str) -> tuple[str, str]:
+    return node.connect_once({"address": "127.0.0.1", "port": port}, None, 5.0, name)
+
+
+def test_many_peers_at_once_are_all_answered(listener: Listener) -> None:
+    silent = socket.create_connection(("127.0.0.1", listener.port))  # connects, never speaks
+    try:
+        results: dict[str, tuple[str, str]] = {}
+        names = [f"peer{i}" for i in range(120)]
+        threads = [
+            threading.Thread(target=lambda n=n: results.__setitem__(n, _connect(listener.port, n)))
+            for n in names
+        ]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert time.monotonic() - started < node.PEER_SECONDS  # the silent peer held no one
+        assert all(results[n] == ("ok", "node1") for n in names), results
+        assert listener.seen == set(names)
+    finally:
+        silent.close()
+
+
+def test_silent_peer_is_let_go_and_foreign_client_turned_away(listener: Listener) -> None:
+    with socket.create_connection(("127.0.0.1", listener.port)) as silent:
+        silent.settimeout(node.PEER_SECONDS + 3)
+        started = time.monotonic()
+        assert silent.recv(64) == b""  # closed by the listener, not left open
+        assert time.monotonic() - started >= node.PEER_SECONDS - 0.2
+    with socket.create_connection(("127.0.0.1", listener.port)) as foreign:
+        foreign.settimeout(5)
+        foreign.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert foreign.recv(64) == b""
+    assert listener.seen == set()
