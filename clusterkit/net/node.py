@@ -233,33 +233,23 @@ def port_holder(port, budget=1.0):
 
 def bindable(port):
     """Whether the port is free right now: listeners, connections using it as their local
-    port and TIME_WAIT all refuse a bind without SO_REUSEADDR. Dual-stack where possible, so
-    IPv6-only users count too. (Cheaper than /proc/net/tcp, which walks the whole host's
-    socket table on every read.)"""
-    dual = socket.has_ipv6
-    sock = socket.socket(socket.AF_INET6 if dual else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        if dual:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(("::" if dual else "0.0.0.0", port))
-        return True
-    except OSError as error:
-        if dual and error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
-            return _bindable_v4(port)
-        return False
-    finally:
-        sock.close()
-
-
-def _bindable_v4(port):
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind(("0.0.0.0", port))
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
+    port and TIME_WAIT all refuse a bind without SO_REUSEADDR. Dual-stack first, so IPv6-only
+    users count too. (Cheaper than /proc/net/tcp, which walks the whole host's socket table on
+    every read.)"""
+    families = [socket.AF_INET6, socket.AF_INET] if socket.has_ipv6 else [socket.AF_INET]
+    for family in families:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+            return True
+        except OSError as error:
+            if error.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                return False
+        finally:
+            sock.close()
+    return False
 
 
 def pick_mesh_port(port_range, reserved, seed):
@@ -338,6 +328,17 @@ def phase_facts(args):
     return result
 
 
+class Peer:
+    """One accepted connection a listener is serving."""
+
+    __slots__ = ("answered", "conn", "give_up_at", "received")
+
+    def __init__(self, conn, give_up_at):
+        self.conn, self.give_up_at = conn, give_up_at
+        self.received = b""
+        self.answered = False
+
+
 class Listener:
     """One planned listening port: accepts, answers the handshake, records who came."""
 
@@ -388,11 +389,11 @@ class Listener:
             return
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
-        pending = {}  # fd -> [socket, bytes read so far, give-up time, answered]
+        peers = {}  # fd -> Peer
 
         def drop(fd):
             poller.unregister(fd)
-            pending.pop(fd)[0].close()
+            peers.pop(fd).conn.close()
 
         try:
             while self.sock is not None and time.monotonic() < until():
@@ -405,49 +406,48 @@ class Listener:
                     if fd == self.sock.fileno():
                         conn = self._accept()
                         if conn is not None:
-                            pending[conn.fileno()] = [conn, b"", now + PEER_SECONDS, False]
+                            peers[conn.fileno()] = Peer(conn, now + PEER_SECONDS)
                             poller.register(conn, select.POLLIN)
-                    elif fd in pending and not self._serve_peer(pending[fd]):
+                    elif fd in peers and not self._serve_peer(peers[fd]):
                         drop(fd)
-                for fd in [fd for fd, state in pending.items() if state[2] < now]:
+                for fd in [fd for fd, peer in peers.items() if peer.give_up_at < now]:
                     drop(fd)
         finally:
-            for state in pending.values():
-                state[0].close()
+            for peer in peers.values():
+                peer.conn.close()
 
     def _accept(self):
         try:
-            conn, _peer = self.sock.accept()
+            conn, _address = self.sock.accept()
         except OSError:
             return None
         conn.setblocking(False)
         return conn
 
-    def _serve_peer(self, state):
+    def _serve_peer(self, peer):
         """Read the peer's handshake line and answer it; False once the peer is done."""
-        conn = state[0]
         try:
-            data = conn.recv(256)
+            data = peer.conn.recv(256)
         except BlockingIOError:
             return True
         except OSError:
             return False
-        if not data or state[3]:
+        if not data or peer.answered:
             # After our answer we wait for the peer to close first: TIME_WAIT then stays on
             # its ephemeral port, not on ours, so a job binding the rendezvous port right
             # after us is not refused.
             return bool(data)
-        state[1] += data
-        if b"\n" not in state[1] and len(state[1]) < 256:
+        peer.received += data
+        if b"\n" not in peer.received and len(peer.received) < 256:
             return True
-        parts = state[1].decode("utf-8", "replace").split()
+        parts = peer.received.decode("utf-8", "replace").split()
         if len(parts) < 2 or parts[0] != HANDSHAKE.decode():
             return False
         try:
-            conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
+            peer.conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
         except OSError:
             return False
-        state[3] = True
+        peer.answered = True
         with self.lock:
             self.seen.add(parts[1])
         return True
@@ -574,21 +574,21 @@ def phase_mesh(args):
     window_end = time.monotonic() + window
     results = [None] * len(args.get("targets", []))
 
-    queue = list(enumerate(args.get("targets", [])))
-    queue_lock = threading.Lock()
+    todo = enumerate(args.get("targets", []))
+    todo_lock = threading.Lock()
+    source = args.get("source")
 
     def work(worker):
         time.sleep(min(0.5, worker * 0.01))  # spread the first SYNs (and ARP requests) a little
         while True:
-            with queue_lock:
-                if not queue:
-                    return
-                index, target = queue.pop(0)
-            source = args.get("source")
+            with todo_lock:
+                index, target = next(todo, (None, None))
+            if target is None:
+                return
             results[index] = probe_target(target, source, name, connect_timeout, window_end)
 
     workers = []
-    for worker in range(min(CONNECT_WORKERS, len(queue))):
+    for worker in range(min(CONNECT_WORKERS, len(results))):
         thread = threading.Thread(target=work, args=(worker,))
         thread.daemon = True
         thread.start()

@@ -317,7 +317,8 @@ def collect_torch(options):
     facts = _torch_files()
     if facts is None:
         return {"present": False, "interpreter": sys.executable, "reason": "torch not importable"}
-    folders = [os.path.dirname(facts["path"])] + [f for f in sys.path if f and os.path.isdir(f)]
+    # torch's own folder first (it is usually on sys.path too: each folder is read once).
+    folders = dict.fromkeys([os.path.dirname(facts["path"]), *filter(None, sys.path)])
     facts.update(
         {"present": True, "interpreter": sys.executable, "nccl_wheel": _nccl_wheel(folders)}
     )

@@ -56,13 +56,13 @@ SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 FAKE_NVIDIA_SMI = Path(__file__).resolve().with_name("fake_nvidia_smi.py")
-# Starts in ~25 ms and always exists where the tests run; the stand-in is stdlib only.
 # The probe's nvidia-smi invocations (clusterkit/probe/collector.py), answered from
 # pre-rendered output in normal mode.
 PROBE_NVIDIA_SMI_CALLS = {
     "banner": [],
     "query": ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"],
 }
+# Starts in ~25 ms and always exists where the tests run; the stand-in is stdlib only.
 STAND_IN_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 FIRST_HOST_OCTET = 10  # node i gets <subnet>.<10 + i>; the bridge (control side) gets .1
 COMMAND_TIMEOUT = 20.0
@@ -456,8 +456,12 @@ class Node:
         for index, fields in (overrides or {}).items():
             gpus[index].update(fields)
         state = {"mode": mode, "banner": banner, "driver": driver, "cuda": cuda, "gpus": gpus}
-        self.gpu_state_path.write_text(json.dumps(state, indent=1))
+        text = json.dumps(state, indent=1)
         wrapper = self.bin_dir / "nvidia-smi"
+        unchanged = self.gpu_state_path.exists() and self.gpu_state_path.read_text() == text
+        if unchanged and wrapper.exists():
+            return  # every reset lands here: the wrapper and its rendered answers still hold
+        self.gpu_state_path.write_text(text)
         if mode == "absent":
             wrapper.unlink(missing_ok=True)
             return

@@ -39,7 +39,12 @@ def _connect(port: int, name: str) -> tuple[str, str]:
     return node.connect_once({"address": "127.0.0.1", "port": port}, None, 5.0, name)
 
 
-def test_many_peers_at_once_are_all_answered(listener: Listener) -> None:
+def test_many_peers_at_once_are_all_answered(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A silent peer is given far longer than this test needs: every answer below must then
+    # come while it is still pending, however slow the machine.
+    monkeypatch.setattr(node, "PEER_SECONDS", 60.0)
     silent = socket.create_connection(("127.0.0.1", listener.port))  # connects, never speaks
     try:
         results: dict[str, tuple[str, str]] = {}
@@ -48,14 +53,15 @@ def test_many_peers_at_once_are_all_answered(listener: Listener) -> None:
             threading.Thread(target=lambda n=n: results.__setitem__(n, _connect(listener.port, n)))
             for n in names
         ]
-        started = time.monotonic()
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(10)
-        assert time.monotonic() - started < node.PEER_SECONDS  # the silent peer held no one
-        assert all(results[n] == ("ok", "node1") for n in names), results
+            thread.join(30)
+        assert all(results.get(n) == ("ok", "node1") for n in names), results
         assert listener.seen == set(names)
+        silent.setblocking(False)
+        with pytest.raises(BlockingIOError):  # still open and waiting: it held no one up
+            silent.recv(64)
     finally:
         silent.close()
 
