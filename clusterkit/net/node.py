@@ -1,16 +1,20 @@
-"""Network pre-flight, node side: shipped alone over stdin (`python3 -S - PHASE JSON-ARGS`).
+"""Network pre-flight, node side: one process per node for the whole stage.
 
-Stdlib only and Python 3.8+, because it runs with whatever interpreter the node has. Each
-phase is one execution; every socket operation and every external tool has its own bound so
-one stuck resolver or firewall tool cannot stall the rest. The result is printed between the
-same markers as clusterkit/framing.py so login noise around it cannot corrupt it.
+Shipped alone over stdin behind a small bootstrap (see clusterkit/net/stage.py), stdlib only
+and Python 3.8+, because it runs with whatever interpreter the node has. Every socket
+operation and every external tool has its own bound so one stuck resolver or firewall tool
+cannot stall the rest. Reports are printed between the same markers as clusterkit/framing.py
+so login noise around them cannot corrupt them.
 
-Phases:
+The session, each step answered by the control side with one JSON line on stdin:
   facts  names as the node resolves them, interfaces, NCCL/GLOO ifname variables, the
          ephemeral port range, a free port in it for the mesh, and the firewall rule sets.
-  mesh   bind the listeners the control side planned, then connect to every peer's
-         listeners from the fabric address; listeners stay up until every expected peer has
-         been seen or the hold time ends, then the process exits (nothing stays listening).
+         The control side answers with this node's mesh plan.
+  bound  the planned listeners are bound and served. The control side answers "go" once
+         every node has bound, so no connect can come too early and nothing is retried.
+  mesh   connect to every peer's listeners from the fabric address; listeners stay up until
+         every expected peer has been seen or the hold time ends, then the process exits
+         (nothing stays listening). End of stdin, or no answer in time, ends it early.
 """
 
 from __future__ import annotations
@@ -509,50 +513,47 @@ def connect_once(target, source, timeout, name):
         sock.close()
 
 
-def probe_target(target, source, name, connect_timeout, window_end):
-    """Connect until it works or the window ends. Only a refused port is retried, because a
-    peer started a moment later has not bound yet; a timeout already used its whole bound.
-    Refused at first and silent later stays refused: the kernel rate-limits the ICMP errors
-    of a REJECT rule."""
+def probe_target(target, source, name, budget):
+    """One bounded connect; every peer listens already, so its first answer is final."""
     started = time.monotonic()
-    attempts = 0
-    while True:
-        attempts += 1
-        budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
-        result, detail = connect_once(target, source, budget, name)
-        if result == "timeout" and attempts > 1:
-            result, detail = "refused", "refused on every attempt (%d)" % (attempts - 1)
-            break
-        if result != "refused" or time.monotonic() + 0.2 >= window_end:
-            break
-        time.sleep(0.2)
+    result, detail = connect_once(target, source, budget, name)
     outcome = dict(target)
-    outcome.update(
-        result=result,
-        detail=detail,
-        attempts=attempts,
-        seconds=round(time.monotonic() - started, 3),
-    )
+    outcome.update(result=result, detail=detail, seconds=round(time.monotonic() - started, 3))
     return outcome
 
 
-def phase_mesh(args):
-    started = time.monotonic()
-    name = args["name"]
-    settle = float(args.get("settle", 0.5))
-    window = float(args.get("window", 5.0))
-    hold = float(args.get("hold", 3.0))
-    connect_timeout = float(args.get("connect_timeout", 3.0))
-    listeners = [Listener(int(item["port"]), item["role"], name) for item in args["listen"]]
-    for listener in listeners:
-        listener.bind()
+class Mesh:
+    """This node's part of the all-pairs mesh: its listeners, then its connects."""
 
-    hold_end = started + settle + window + hold
-    expected = args.get("expected_peers", {})
-    done = threading.Event()
+    def __init__(self, plan):
+        self.plan = plan
+        self.name = plan["name"]
+        self.listeners = [
+            Listener(int(item["port"]), item["role"], self.name) for item in plan["listen"]
+        ]
+        self.hold_end = None  # set when connecting starts; listeners serve until then
+        self.done = threading.Event()
+        self.servers = []
 
-    def everyone_seen():
-        for listener in listeners:
+    def bind(self):
+        """Bind and start serving every planned port (before reporting bound, so peers
+        that connect right after "go" are accepted at once)."""
+        for listener in self.listeners:
+            listener.bind()
+            thread = threading.Thread(target=listener.serve, args=(self.listen_until,))
+            thread.daemon = True
+            thread.start()
+            self.servers.append(thread)
+        return {"phase": "bound", "listeners": self.report()}
+
+    def listen_until(self):
+        if self.done.is_set():
+            return 0
+        return self.hold_end if self.hold_end is not None else float("inf")
+
+    def everyone_seen(self):
+        expected = self.plan.get("expected_peers", {})
+        for listener in self.listeners:
             if listener.state != "ok":
                 continue
             with listener.lock:
@@ -560,54 +561,50 @@ def phase_mesh(args):
                     return False
         return True
 
-    def listen_until():
-        return hold_end if not done.is_set() else 0
+    def connect(self):
+        started = time.monotonic()
+        plan = self.plan
+        window = float(plan.get("window", 5.0))
+        connect_timeout = float(plan.get("connect_timeout", 3.0))
+        window_end = started + window
+        self.hold_end = window_end + float(plan.get("hold", 3.0))
+        targets = plan.get("targets", [])
+        results = [None] * len(targets)
+        todo = enumerate(targets)
+        todo_lock = threading.Lock()
+        source = plan.get("source")
 
-    servers = []
-    for listener in listeners:
-        thread = threading.Thread(target=listener.serve, args=(listen_until,))
-        thread.daemon = True
-        thread.start()
-        servers.append(thread)
+        def work():
+            while True:
+                with todo_lock:
+                    index, target = next(todo, (None, None))
+                if target is None:
+                    return
+                budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
+                results[index] = probe_target(target, source, self.name, budget)
 
-    time.sleep(max(0.0, started + settle - time.monotonic()))
-    window_end = time.monotonic() + window
-    results = [None] * len(args.get("targets", []))
+        workers = []
+        for _ in range(min(CONNECT_WORKERS, len(targets))):
+            thread = threading.Thread(target=work)
+            thread.daemon = True
+            thread.start()
+            workers.append(thread)
+        for thread in workers:
+            thread.join(max(0.0, window_end + connect_timeout + 1 - time.monotonic()))
+        while time.monotonic() < self.hold_end and not self.everyone_seen():
+            time.sleep(0.02)
+        for index, target in enumerate(targets):
+            if results[index] is None:
+                results[index] = dict(target, result="timeout", detail="connect never returned")
+        return {
+            "phase": "mesh",
+            "listeners": self.report(),
+            "connects": results,
+            "seconds": round(time.monotonic() - started, 3),
+        }
 
-    todo = enumerate(args.get("targets", []))
-    todo_lock = threading.Lock()
-    source = args.get("source")
-
-    def work(worker):
-        time.sleep(min(0.5, worker * 0.01))  # spread the first SYNs (and ARP requests) a little
-        while True:
-            with todo_lock:
-                index, target = next(todo, (None, None))
-            if target is None:
-                return
-            results[index] = probe_target(target, source, name, connect_timeout, window_end)
-
-    workers = []
-    for worker in range(min(CONNECT_WORKERS, len(results))):
-        thread = threading.Thread(target=work, args=(worker,))
-        thread.daemon = True
-        thread.start()
-        workers.append(thread)
-    for thread in workers:
-        thread.join(max(0.0, window_end + connect_timeout + 1 - time.monotonic()))
-    while time.monotonic() < hold_end and not everyone_seen():
-        time.sleep(0.05)
-    done.set()
-    for thread in servers:
-        thread.join(1.0)
-    for listener in listeners:
-        listener.close()
-    for index, target in enumerate(args.get("targets", [])):
-        if results[index] is None:
-            results[index] = dict(target, result="timeout", detail="connect never returned")
-    return {
-        "phase": "mesh",
-        "listeners": [
+    def report(self):
+        return [
             {
                 "port": item.port,
                 "role": item.role,
@@ -616,29 +613,67 @@ def phase_mesh(args):
                 "holder": item.holder,
                 "seen": sorted(item.seen),
             }
-            for item in listeners
-        ],
-        "connects": results,
-        "seconds": round(time.monotonic() - started, 3),
-    }
+            for item in self.listeners
+        ]
+
+    def close(self):
+        self.done.set()
+        for thread in self.servers:
+            thread.join(1.0)
+        for listener in self.listeners:
+            listener.close()
 
 
-PHASES = {"facts": phase_facts, "mesh": phase_mesh}
+class Inbox:
+    """The control side's answers: one JSON object per line on stdin, each awaited at most
+    `wait` seconds. None means stop: end of input, a timeout, or {"stop": true}."""
+
+    def __init__(self, wait, fd=0):
+        self.wait, self.fd = wait, fd
+        self.buffer = b""
+
+    def next(self):
+        give_up = time.monotonic() + self.wait
+        while b"\n" not in self.buffer:
+            left = give_up - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        message = json.loads(line)
+        return None if message.get("stop") else message
+
+
+def session(args, inbox):
+    emit(phase_facts(args))
+    plan = inbox.next()
+    if plan is None:
+        return
+    mesh = Mesh(plan)
+    try:
+        emit(mesh.bind())
+        if inbox.next() is not None:
+            emit(mesh.connect())
+    finally:
+        mesh.close()
 
 
 def main(argv):
-    if len(argv) != 3 or argv[1] not in PHASES:
-        emit({"error": "usage: node.py {%s} JSON-ARGS" % ",".join(sorted(PHASES))})
+    if len(argv) != 2:
+        emit({"error": "usage: node.py JSON-ARGS"})
         return 2
     try:
-        args = json.loads(argv[2])
+        args = json.loads(argv[1])
     except ValueError as error:
         emit({"error": "arguments are not JSON: %s" % error})
         return 2
     try:
-        emit(PHASES[argv[1]](args))
+        session(args, Inbox(float(args.get("wait", 30.0))))
     except Exception as error:  # reported as data: the control side names the host
-        emit({"error": "%s phase failed: %s: %s" % (argv[1], type(error).__name__, error)})
+        emit({"error": "network stage failed on the node: %s: %s" % (type(error).__name__, error)})
         return 1
     return 0
 

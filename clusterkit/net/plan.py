@@ -1,7 +1,7 @@
 """Settings of the network stage and the mesh plan built from every node's facts (pure).
 
-The control side chooses every port and address before the mesh phase, so one execution per
-node suffices: each node knows which ports it binds and which peers' ports it connects to.
+The control side chooses every port and address between the facts and the mesh, so each
+node knows which ports it binds and which peers' ports it connects to.
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ class NetworkOptions:
     interface: str | None
     extra_ports: tuple[int, ...] = ()
     connect_timeout: float = 3.0  # one connect attempt
-    settle: float = 0.5  # after start, before connecting: peers bind their listeners
     hold: float = 3.0  # listeners stay up this long after the connect window
 
     @property
     def window(self) -> float:
-        """Connects retry a refused port this long: a peer started later has not bound yet."""
+        """All of a node's connects end within this (at most 32 run at once per node)."""
         return self.connect_timeout + 2.0
 
     @property
@@ -41,7 +40,7 @@ class NetworkOptions:
     @property
     def mesh_seconds(self) -> float:
         """The longest a mesh phase can run on a node before it exits by itself."""
-        return self.settle + self.window + self.connect_timeout + self.hold + 2.0
+        return self.window + self.connect_timeout + self.hold + 2.0
 
     @classmethod
     def from_inventory(cls, inventory: Inventory) -> NetworkOptions:
@@ -154,7 +153,6 @@ def mesh_args(
             "targets": targets,
             "source": choices[host].address,
             "expected_peers": expected,
-            "settle": options.settle,
             "window": options.window,
             "hold": options.hold,
             "connect_timeout": options.connect_timeout,

@@ -1,10 +1,11 @@
-"""The `network` stage of `clusterkit check`: two phases, one execution per node each.
+"""The `network` stage of `clusterkit check`: one node-side process per node, in three steps.
 
 facts: every node reports names as it resolves them, interfaces, ifname variables, a free
-mesh port and its firewall rules. mesh: with every port and address planned from those facts,
-every node listens and connects to every peer at once. Both phases run on all nodes in
-parallel and every node-side step is bounded, so the stage takes about as long for 32 nodes
-as for 4.
+mesh port and its firewall rules. bound: with every port and address planned from those
+facts, every node binds its listeners. mesh: once all have bound, every node connects to
+every peer at once. Each step runs on all nodes in parallel and waits for the slowest
+(a barrier), and every node-side step is bounded, so the stage takes about as long for 32
+nodes as for 4.
 """
 
 from __future__ import annotations
@@ -15,58 +16,114 @@ from importlib import resources
 from typing import Any
 
 from clusterkit.checks.model import Finding
-from clusterkit.framing import FrameError, decode
+from clusterkit.framing import END, FrameError, decode
 from clusterkit.inventory.model import Inventory
 from clusterkit.net import analysis
 from clusterkit.net.matrix import build_matrix, render_matrix
 from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args
-from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
 FACTS_SECONDS = 15.0  # node-side resolver and tool bounds are 3 s and 5 s, run concurrently
 TRANSPORT_MARGIN = 10.0  # SSH exec start and output transfer on a busy control machine
+STOP_SECONDS = 3.0  # a node told to stop (or whose stdin closed) exits by then, or is killed
+STEP_WAIT = FACTS_SECONDS + TRANSPORT_MARGIN  # how long a node waits for the next answer
+
+# Reads the node script (its length is argv[1]) from stdin and runs it, leaving stdin to the
+# conversation that follows. -S: the script is stdlib only; skipping site saves every node
+# a few ms of CPU.
+BOOTSTRAP = (
+    "import os,sys\n"
+    "n=int(sys.argv[1]);s=b''\n"
+    "while len(s)<n:\n"
+    " c=os.read(0,n-len(s))\n"
+    " if not c:sys.exit(3)\n"
+    " s+=c\n"
+    "del sys.argv[1]\n"
+    "exec(compile(s,'clusterkit-net-node','exec'))\n"
+)
 
 
 def node_script() -> bytes:
     return resources.files("clusterkit.net").joinpath("node.py").read_bytes()
 
 
-def run_phase(
-    transports: dict[str, Transport],
-    hosts: list[str],
-    interpreters: dict[str, str],
-    phase: str,
-    args_by_host: dict[str, dict[str, Any]],
-    deadline: Deadline,
-) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Run one phase on every host at once; (results by host, error reason by host)."""
-    source = node_script()
+class NodeSessions:
+    """The node-side processes of one stage run, talked to step by step. A node that fails a
+    step is stopped and leaves the session with its reason in `errors`."""
 
-    def one(host: str) -> dict[str, Any]:
-        # -S: the node script is stdlib only; skipping site saves every node a few ms of CPU.
-        argv = [interpreters[host], "-S", "-", phase, json.dumps(args_by_host[host])]
-        result = transports[host].run(argv, stdin=source, deadline=deadline)
+    def __init__(self, transports: dict[str, Transport], deadline: Deadline) -> None:
+        self.transports, self.deadline = transports, deadline
+        self.processes: dict[str, RemoteProcess] = {}
+        self.errors: dict[str, str] = {}
+
+    def start(
+        self, hosts: list[str], interpreters: dict[str, str], args: dict[str, dict], step: Deadline
+    ) -> dict[str, dict[str, Any]]:
+        """Start the node script everywhere and return each node's first report (facts)."""
+        source = node_script()
+
+        def one(host: str) -> dict[str, Any]:
+            argv = [interpreters[host], "-S", "-c", BOOTSTRAP, str(len(source))]
+            argv.append(json.dumps(dict(args[host], wait=STEP_WAIT)))
+            process = self.transports[host].start(argv, deadline=self.deadline)
+            self.processes[host] = process
+            process.send(source)
+            return self._report(process, step, "facts")
+
+        return self._each(hosts, one)
+
+    def step(
+        self, name: str, messages: dict[str, dict[str, Any]], step: Deadline
+    ) -> dict[str, dict[str, Any]]:
+        """Send each live node its message and return its next report."""
+
+        def one(host: str) -> dict[str, Any]:
+            process = self.processes[host]
+            process.send(json.dumps(messages[host]).encode() + b"\n")
+            return self._report(process, step, name)
+
+        return self._each([host for host in messages if host in self.processes], one)
+
+    def close(self) -> None:
+        """End every node process: stdin closes, so each exits at once; killed otherwise."""
+        processes, self.processes = list(self.processes.values()), {}
+        _finish_all(processes)
+
+    def _each(self, hosts: list[str], fn) -> dict[str, dict[str, Any]]:
+        reports: dict[str, dict[str, Any]] = {}
+        failed = []
+        for host, outcome in zip(hosts, parallel(fn, hosts), strict=True):
+            if isinstance(outcome, BaseException):
+                self.errors[host] = str(outcome) or type(outcome).__name__
+                failed.append(self.processes.pop(host, None))
+            else:
+                reports[host] = outcome
+        _finish_all([process for process in failed if process is not None])
+        return reports
+
+    @staticmethod
+    def _report(process: RemoteProcess, step: Deadline, name: str) -> dict[str, Any]:
+        chunk = process.expect(END, step)
+        if chunk is None:
+            result = process.finish(Deadline.after(STOP_SECONDS))
+            if not result.timed_out and result.exit_code is not None:
+                tail = result.stderr_tail() or "no report"
+                raise RuntimeError(f"{name} step failed (exit {result.exit_code}): {tail}")
+            raise RuntimeError(f"{name} step did not finish in time")
         try:
-            payload = decode(result.stdout)
+            payload = decode(chunk)
         except FrameError as error:
-            if result.timed_out:
-                raise RuntimeError(f"{phase} phase did not finish in time") from None
-            tail = result.stderr_tail() or str(error)
-            raise RuntimeError(f"{phase} phase failed (exit {result.exit_code}): {tail}") from None
+            raise RuntimeError(f"{name} step sent a broken report: {error}") from None
         if not isinstance(payload, dict):
-            raise RuntimeError(f"{phase} phase returned no result")
+            raise RuntimeError(f"{name} step returned no result")
         if payload.get("error"):
             raise RuntimeError(payload["error"])
         return payload
 
-    results: dict[str, dict[str, Any]] = {}
-    errors: dict[str, str] = {}
-    for host, outcome in zip(hosts, parallel(one, hosts), strict=True):
-        if isinstance(outcome, BaseException):
-            errors[host] = str(outcome) or type(outcome).__name__
-        else:
-            results[host] = outcome
-    return results, errors
+
+def _finish_all(processes: list[RemoteProcess]) -> None:
+    parallel(lambda process: process.finish(Deadline.after(STOP_SECONDS)), processes)
 
 
 def _bounded(deadline: Deadline, seconds: float) -> Deadline:
@@ -98,41 +155,37 @@ def run_network_stage(
     facts_args = {
         host: {"master": options.master_name, "reserved_ports": reserved} for host in live
     }
-    facts, facts_errors = run_phase(
-        transports,
-        live,
-        interpreters,
-        "facts",
-        facts_args,
-        _bounded(deadline, FACTS_SECONDS + TRANSPORT_MARGIN),
-    )
-    errors.update(facts_errors)
-    live = [host for host in live if host in facts]
-    facts_seconds = time.monotonic() - started
-
-    choices = interface_choices(facts, options)
-    findings: list[Finding] = []
-    findings += analysis.interface_findings(choices, facts)
-    findings += analysis.ifname_findings(facts, options)
-    findings += analysis.master_findings(facts, options)
-
+    whole = FACTS_SECONDS + options.mesh_seconds + 3 * TRANSPORT_MARGIN
+    sessions = NodeSessions(transports, _bounded(deadline, whole))
     mesh: dict[str, dict[str, Any]] = {}
-    if options.master_host not in live:
-        errors.setdefault(options.master_host, "no facts from the master")
-    if live and deadline.remaining() > options.mesh_seconds:
-        plans = mesh_args(live, facts, choices, ssh_addresses, options)
-        mesh, mesh_errors = run_phase(
-            transports,
-            live,
-            interpreters,
-            "mesh",
-            plans,
-            _bounded(deadline, options.mesh_seconds + TRANSPORT_MARGIN),
+    try:
+        facts = sessions.start(
+            live, interpreters, facts_args, _bounded(deadline, FACTS_SECONDS + TRANSPORT_MARGIN)
         )
-        errors.update(mesh_errors)
-    elif live:
-        for host in live:
-            errors.setdefault(host, "the check deadline left no time for the mesh phase")
+        live = [host for host in live if host in facts]
+        facts_seconds = time.monotonic() - started
+
+        choices = interface_choices(facts, options)
+        findings: list[Finding] = []
+        findings += analysis.interface_findings(choices, facts)
+        findings += analysis.ifname_findings(facts, options)
+        findings += analysis.master_findings(facts, options)
+
+        if options.master_host not in live:
+            errors.setdefault(options.master_host, "no facts from the master")
+        if live and deadline.remaining() > options.mesh_seconds:
+            plans = mesh_args(live, facts, choices, ssh_addresses, options)
+            bound = sessions.step("bound", plans, _bounded(deadline, TRANSPORT_MARGIN))
+            go = {host: {"go": True} for host in bound}
+            mesh = sessions.step(
+                "mesh", go, _bounded(deadline, options.mesh_seconds + TRANSPORT_MARGIN)
+            )
+        elif live:
+            for host in live:
+                errors.setdefault(host, "the check deadline left no time for the mesh phase")
+    finally:
+        sessions.close()
+    errors.update(sessions.errors)
 
     connects = _flatten_connects(mesh)
     listeners = {host: result.get("listeners") or [] for host, result in mesh.items()}

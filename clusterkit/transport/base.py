@@ -49,6 +49,27 @@ class CommandResult:
         return text[-limit:]
 
 
+class RemoteProcess(Protocol):
+    """A started command that is talked to while it runs: stdin in, stdout read up to
+    markers, each wait bounded by a deadline. Implementations: SSHProcess, LocalProcess."""
+
+    host: str
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for stdin; they are written while the next wait runs."""
+        ...
+
+    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
+        """Stdout up to and including the next `marker`; None when the command ended or
+        the deadline passed first (`finish` then says which)."""
+        ...
+
+    def finish(self, deadline: Deadline) -> CommandResult:
+        """Close stdin and wait for the exit; at the deadline kill the process group and set
+        `timed_out`. Idempotent; raises TransportError when the run was cancelled."""
+        ...
+
+
 class Transport(Protocol):
     """Runs commands on one host. Implementations: LocalTransport, SSHTransport."""
 
@@ -65,6 +86,13 @@ class Transport(Protocol):
         """Run argv (quoted for the remote shell by the transport), feed stdin, and return
         when it exits or the deadline passes; on the deadline the remote process group is
         killed and `timed_out` is set. Raises TransportError when the host cannot be used."""
+        ...
+
+    def start(
+        self, argv: Sequence[str], *, deadline: Deadline, output_cap: int = DEFAULT_OUTPUT_CAP
+    ) -> RemoteProcess:
+        """Start argv for a conversation (see RemoteProcess); `deadline` bounds its whole
+        life on the node, and `finish` must be called to end it."""
         ...
 
     def close(self) -> None: ...

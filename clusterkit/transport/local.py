@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from clusterkit.errors import TransportError
 from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline
 from clusterkit.transport.pool import register_cancellable
+
+_CHUNK = 65536
 
 
 class LocalTransport:
@@ -32,9 +35,20 @@ class LocalTransport:
         deadline: Deadline,
         output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> CommandResult:
-        started = time.monotonic()
         try:
-            process = subprocess.Popen(
+            process = self.start(argv, deadline=deadline, output_cap=output_cap)
+        except TransportError as error:
+            return CommandResult(self.host, 127, b"", error.detail.encode())
+        if stdin:
+            process.send(stdin)
+        return process.finish(deadline)
+
+    def start(
+        self, argv: Sequence[str], *, deadline: Deadline, output_cap: int = DEFAULT_OUTPUT_CAP
+    ) -> LocalProcess:
+        del deadline  # nothing to wait for before the process runs
+        try:
+            popen = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -43,41 +57,133 @@ class LocalTransport:
                 env=self._env,
             )
         except OSError as error:
-            return CommandResult(self.host, 127, b"", str(error).encode(), duration=0.0)
-        feed: bytes | None = stdin or b""
-        while True:
-            try:
-                out, err = process.communicate(feed, timeout=min(0.25, deadline.remaining()))
-                break
-            except subprocess.TimeoutExpired:
-                feed = None
-                if self._cancelled.is_set() or deadline.expired:
-                    _kill_group(process)
-                    out, err = process.communicate()
-                    if self._cancelled.is_set():
-                        raise TransportError(
-                            self.host, "interrupted", "interrupted; command killed"
-                        ) from None
-                    return CommandResult(
-                        self.host,
-                        None,
-                        out[:output_cap],
-                        err[:output_cap],
-                        timed_out=True,
-                        truncated=max(len(out), len(err)) > output_cap,
-                        duration=time.monotonic() - started,
-                    )
-        return CommandResult(
-            self.host,
-            process.returncode,
-            out[:output_cap],
-            err[:output_cap],
-            truncated=max(len(out), len(err)) > output_cap,
-            duration=time.monotonic() - started,
-        )
+            raise TransportError(self.host, "protocol", f"cannot run {argv[0]}: {error}") from None
+        return LocalProcess(self, popen, output_cap)
 
     def close(self) -> None:
         pass
+
+
+class LocalProcess:
+    """A local command with the SSHProcess contract: `send`, `expect`, `finish`."""
+
+    def __init__(self, transport: LocalTransport, popen: subprocess.Popen[bytes], cap: int) -> None:
+        self.host = transport.host
+        self._transport, self._popen, self._cap = transport, popen, cap
+        self._started = time.monotonic()
+        self._pending = b""
+        self._closing = False
+        self._buffers = {popen.stdout: bytearray(), popen.stderr: bytearray()}
+        self._truncated = False
+        self._consumed = 0
+        self._exited_at: float | None = None
+        self._result: CommandResult | None = None
+        self._selector = selectors.DefaultSelector()
+        for stream in (popen.stdout, popen.stderr):
+            assert stream is not None
+            os.set_blocking(stream.fileno(), False)
+            self._selector.register(stream, selectors.EVENT_READ)
+        assert popen.stdin is not None
+        os.set_blocking(popen.stdin.fileno(), False)
+
+    @property
+    def _out(self) -> bytearray:
+        return self._buffers[self._popen.stdout]
+
+    def send(self, data: bytes) -> None:
+        self._pending += data
+
+    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
+        if self._result is None and self._pump(
+            lambda: self._out.find(marker, self._consumed) >= 0, deadline
+        ):
+            end = self._out.find(marker, self._consumed) + len(marker)
+            chunk, self._consumed = bytes(self._out[self._consumed : end]), end
+            return chunk
+        return None
+
+    def finish(self, deadline: Deadline) -> CommandResult:
+        if self._result is not None:
+            return self._result
+        self._closing = True
+        try:
+            exited = self._pump(lambda: False, deadline)
+            if not exited:
+                _kill_group(self._popen)
+            self._result = self._outcome(timed_out=not exited)
+            return self._result
+        finally:
+            self._close()
+
+    def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
+        while not done():
+            if self._transport._cancelled.is_set():
+                _kill_group(self._popen)
+                self._result = self._outcome(timed_out=True)
+                self._close()
+                raise TransportError(self.host, "interrupted", "interrupted; command killed")
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                return False
+            self._feed()
+            wait = 0.005 if self._pending else min(remaining, 0.25)
+            if self._selector.get_map():
+                for key, _events in self._selector.select(wait):
+                    self._drain(key.fileobj)
+            else:
+                time.sleep(min(wait, 0.02))
+            if self._popen.poll() is not None:
+                self._exited_at = self._exited_at or time.monotonic()
+                # A background child may hold the pipes open after exit: not for long.
+                if not self._selector.get_map() or time.monotonic() - self._exited_at > 0.5:
+                    return self._closing or done()
+        return True
+
+    def _feed(self) -> None:
+        stdin = self._popen.stdin
+        if stdin is None or stdin.closed:
+            return
+        if self._pending:
+            try:
+                sent = os.write(stdin.fileno(), self._pending[:_CHUNK])
+            except BlockingIOError:
+                sent = 0
+            except (BrokenPipeError, ConnectionResetError):
+                sent = len(self._pending)  # the command stopped reading: nothing more to say
+            self._pending = self._pending[sent:]
+        if self._closing and not self._pending:
+            stdin.close()
+
+    def _drain(self, stream) -> None:
+        try:
+            data = os.read(stream.fileno(), _CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            self._selector.unregister(stream)
+            return
+        room = self._cap - len(self._buffers[stream])
+        self._buffers[stream] += data[: max(0, room)]
+        self._truncated |= len(data) > room
+
+    def _outcome(self, *, timed_out: bool) -> CommandResult:
+        return CommandResult(
+            self.host,
+            None if timed_out else self._popen.returncode,
+            bytes(self._out),
+            bytes(self._buffers[self._popen.stderr]),
+            timed_out=timed_out,
+            truncated=self._truncated,
+            duration=time.monotonic() - self._started,
+        )
+
+    def _close(self) -> None:
+        self._selector.close()
+        for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+        if self._popen.returncode is None:
+            _kill_group(self._popen)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

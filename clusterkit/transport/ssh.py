@@ -7,7 +7,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import paramiko
 
@@ -154,15 +154,24 @@ class SSHTransport:
         deadline: Deadline,
         output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> CommandResult:
-        started = time.monotonic()
         if deadline.expired:
             return CommandResult(self.host, None, b"", b"", timed_out=True)
+        process = self.start(argv, deadline=deadline, output_cap=output_cap)
+        if stdin:
+            process.send(stdin)
+        return process.finish(deadline)
+
+    def start(
+        self, argv: Sequence[str], *, deadline: Deadline, output_cap: int = DEFAULT_OUTPUT_CAP
+    ) -> SSHProcess:
+        started = time.monotonic()
         channel = self._open_channel(deadline)
         try:
             self._exec(channel, remote_command(argv, deadline.remaining()), deadline)
-            return self._drive(channel, stdin, deadline, output_cap, started)
-        finally:
+        except BaseException:
             channel.close()
+            raise
+        return SSHProcess(self, channel, output_cap, started)
 
     def _exec(self, channel: paramiko.Channel, command: str, deadline: Deadline) -> None:
         """Start a command, bounded: paramiko waits for the server's answer to an exec request
@@ -204,84 +213,6 @@ class SSHTransport:
                 ) from None
             raise TransportError(self.host, "protocol", f"cannot open a channel: {error}") from None
 
-    def _drive(
-        self,
-        channel: paramiko.Channel,
-        stdin: bytes | None,
-        deadline: Deadline,
-        cap: int,
-        started: float,
-    ) -> CommandResult:
-        """Feed stdin and drain stdout and stderr together until exit or deadline."""
-        pending = memoryview(stdin or b"")
-        if not pending:
-            channel.shutdown_write()
-        out, err = bytearray(), bytearray()
-        truncated = False
-        exited_at: float | None = None
-        timed_out = cancelled = False
-        channel.setblocking(False)
-        while True:
-            if self._cancelled.is_set():
-                cancelled = True
-                break
-            remaining = deadline.remaining()
-            if remaining <= 0:
-                timed_out = True
-                break
-            wait = 0.005 if pending else min(remaining, 0.25)
-            select.select([channel], [], [], wait)
-            if pending and channel.send_ready():
-                try:
-                    sent = channel.send(pending[:_CHUNK])
-                except TimeoutError:
-                    sent = 0
-                pending = pending[sent:]
-                if not pending:
-                    channel.shutdown_write()
-            while channel.recv_ready():
-                truncated |= _append(out, channel.recv(_CHUNK), cap)
-            while channel.recv_stderr_ready():
-                truncated |= _append(err, channel.recv_stderr(_CHUNK), cap)
-            if channel.exit_status_ready():
-                exited_at = exited_at or time.monotonic()
-                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
-                # A background child may hold stdout open after exit: do not wait for it long.
-                if drained and (channel.eof_received or time.monotonic() - exited_at > 0.5):
-                    break
-        pgid, stderr = split_pgid(bytes(err))
-        if (timed_out or cancelled) and pgid is None:
-            pgid, stderr = split_pgid(self._await_pgid(channel, err))
-        if timed_out or cancelled:
-            self._kill_group(pgid)
-            if cancelled:
-                raise TransportError(self.host, "interrupted", "interrupted; remote command killed")
-            return CommandResult(
-                self.host, None, bytes(out), stderr, True, truncated, time.monotonic() - started
-            )
-        return CommandResult(
-            self.host,
-            channel.recv_exit_status(),
-            bytes(out),
-            stderr,
-            False,
-            truncated,
-            time.monotonic() - started,
-        )
-
-    @staticmethod
-    def _await_pgid(channel: paramiko.Channel, err: bytearray) -> bytes:
-        """Stopped before the wrapper reported its process group: give it 2 s to, so the
-        command can still be killed rather than left to its node-side timeout."""
-        limit = time.monotonic() + 2.0
-        while b"\n" not in err and time.monotonic() < limit and not channel.closed:
-            select.select([channel], [], [], 0.1)
-            while channel.recv_stderr_ready():
-                err += channel.recv_stderr(_CHUNK)
-            while channel.recv_ready():
-                channel.recv(_CHUNK)
-        return bytes(err)
-
     def _kill_group(self, pgid: int | None) -> None:
         """Kill the remote process group over a fresh channel; `timeout -k` is the backstop."""
         if pgid is None or pgid <= 1:
@@ -313,6 +244,122 @@ class SSHTransport:
         self._client.close()
         for hop in reversed(self._hops):
             hop.close()
+
+
+class SSHProcess:
+    """A command started over SSH: stdin is fed as given, stdout read up to markers while it
+    runs, and `finish` closes stdin and waits for the exit. Every wait is bounded; at a
+    deadline, or when the transport is cancelled, the remote process group is killed."""
+
+    def __init__(
+        self, transport: SSHTransport, channel: paramiko.Channel, cap: int, started: float
+    ) -> None:
+        self.host = transport.host
+        self._transport, self._channel, self._cap, self._started = transport, channel, cap, started
+        self._pending = memoryview(b"")
+        self._closing = False  # shut stdin once the pending bytes are sent
+        self._out, self._err = bytearray(), bytearray()
+        self._truncated = False
+        self._consumed = 0
+        self._exited_at: float | None = None
+        self._result: CommandResult | None = None
+        channel.setblocking(False)
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the command's stdin; they go out while we wait on it."""
+        self._pending = memoryview(bytes(self._pending) + data)
+
+    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
+        """Stdout up to and including the next `marker`; None when the command ended or the
+        deadline passed first (then `finish` tells which)."""
+        if self._result is None and self._pump(
+            lambda: self._out.find(marker, self._consumed) >= 0, deadline
+        ):
+            end = self._out.find(marker, self._consumed) + len(marker)
+            chunk, self._consumed = bytes(self._out[self._consumed : end]), end
+            return chunk
+        return None
+
+    def finish(self, deadline: Deadline) -> CommandResult:
+        """Close stdin, wait for the exit (killing the group at the deadline); idempotent."""
+        if self._result is not None:
+            return self._result
+        self._closing = True
+        try:
+            exited = self._pump(lambda: False, deadline)
+            pgid, stderr = split_pgid(bytes(self._err))
+            if not exited and pgid is None:
+                pgid, stderr = split_pgid(self._await_pgid())
+            if exited:
+                exit_code: int | None = self._channel.recv_exit_status()
+            else:
+                self._transport._kill_group(pgid)
+                exit_code = None
+            self._result = CommandResult(
+                self.host,
+                exit_code,
+                bytes(self._out),
+                stderr,
+                not exited,
+                self._truncated,
+                time.monotonic() - self._started,
+            )
+            return self._result
+        finally:
+            self._channel.close()
+
+    def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
+        """Move stdin and drain stdout and stderr together until `done()` (True) or the
+        command exits (True for `finish`, which waits for that) or the deadline (False)."""
+        channel = self._channel
+        while not done():
+            if self._transport._cancelled.is_set():
+                pgid, _ = split_pgid(self._await_pgid())
+                self._transport._kill_group(pgid)
+                self._channel.close()
+                self._result = CommandResult(self.host, None, bytes(self._out), b"", True)
+                raise TransportError(self.host, "interrupted", "interrupted; remote command killed")
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                return False
+            self._feed()
+            select.select([channel], [], [], 0.005 if self._pending else min(remaining, 0.25))
+            self._feed()
+            while channel.recv_ready():
+                self._truncated |= _append(self._out, channel.recv(_CHUNK), self._cap)
+            while channel.recv_stderr_ready():
+                self._truncated |= _append(self._err, channel.recv_stderr(_CHUNK), self._cap)
+            if channel.exit_status_ready():
+                self._exited_at = self._exited_at or time.monotonic()
+                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+                # A background child may hold stdout open after exit: do not wait for it long.
+                if drained and (channel.eof_received or time.monotonic() - self._exited_at > 0.5):
+                    return self._closing or done()
+        return True
+
+    def _feed(self) -> None:
+        channel = self._channel
+        if self._pending and channel.send_ready():
+            try:
+                sent = channel.send(self._pending[:_CHUNK])
+            except TimeoutError:
+                sent = 0
+            self._pending = self._pending[sent:]
+        if self._closing and not self._pending and not channel.eof_sent:
+            channel.shutdown_write()
+
+    def _await_pgid(self) -> bytes:
+        """Stopped before the wrapper reported its process group: give it 2 s to, so the
+        command can still be killed rather than left to its node-side timeout."""
+        channel, err = self._channel, self._err
+        limit = time.monotonic() + 2.0
+        while b"\n" not in err and time.monotonic() < limit and not channel.closed:
+            select.select([channel], [], [], 0.1)
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(_CHUNK)
+            while channel.recv_ready():
+                channel.recv(_CHUNK)
+        return bytes(err)
 
 
 def _append(buffer: bytearray, data: bytes, cap: int) -> bool:
