@@ -258,7 +258,7 @@ def bindable(port):
 
 def pick_mesh_port(port_range, reserved, seed):
     """A free port inside the ephemeral range (where NCCL and gloo listen), deterministic
-    per node so a rerun tests the same port, verified free now; the mesh phase binds it."""
+    per node so a rerun tests the same port, verified free now; the mesh step binds it."""
     low, high = port_range
     span = max(1, high - low + 1)
     start = low + zlib.crc32(seed.encode()) % span
@@ -270,7 +270,7 @@ def pick_mesh_port(port_range, reserved, seed):
     return None
 
 
-def phase_facts(args):
+def facts(args):
     timeout = float(args.get("timeout", 3.0))
     tool_timeout = float(args.get("tool_timeout", 5.0))
     hostname = socket.gethostname()
@@ -648,7 +648,7 @@ class Inbox:
 
 
 def session(args, inbox):
-    emit(phase_facts(args))
+    emit(facts(args))
     plan = inbox.next()
     if plan is None:
         return

@@ -39,7 +39,7 @@ class NetworkOptions:
 
     @property
     def mesh_seconds(self) -> float:
-        """The longest a mesh phase can run on a node before it exits by itself."""
+        """The longest the mesh step can run on a node before it exits by itself."""
         return self.window + self.connect_timeout + self.hold + 2.0
 
     @classmethod
@@ -113,7 +113,7 @@ def mesh_args(
     ssh_addresses: dict[str, str],
     options: NetworkOptions,
 ) -> dict[str, dict[str, Any]]:
-    """The mesh phase's arguments for every node in `hosts` (those whose facts came back)."""
+    """The mesh plan for every node in `hosts` (those whose facts came back)."""
     listen_by_host: dict[str, list[dict[str, Any]]] = {}
     for host in hosts:
         listen = [{"port": facts_by_host[host].get("mesh_port"), "role": "mesh"}]

@@ -139,7 +139,7 @@ def run_network_stage(
     """Findings of stage "network" and the raw per-host data for the JSON report.
 
     `facts_by_host` (the probe's facts) is accepted for the stage contract; this stage takes
-    its own facts in its first phase, because they must come from the same moment and
+    its own facts in its first step, because they must come from the same moment and
     environment as the mesh. Hosts of the inventory missing from `transports` are reported
     as net.stage errors and left out of the mesh."""
     del facts_by_host
@@ -182,7 +182,7 @@ def run_network_stage(
             )
         elif live:
             for host in live:
-                errors.setdefault(host, "the check deadline left no time for the mesh phase")
+                errors.setdefault(host, "the check deadline left no time for the mesh step")
     finally:
         sessions.close()
     errors.update(sessions.errors)
