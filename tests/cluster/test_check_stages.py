@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.netcluster import NetCluster
+from tests.support.netcluster import NetCluster, Node
 
 
 def check_json(inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -59,3 +61,38 @@ def test_unreachable_host_skips_the_bench_and_is_incomplete(
     status, report = check_json(inventory, "--connect-timeout", "3")
     assert status == 3 and report["verdict"] == "incomplete"
     assert "not every host could be reached" in report["stages"]["bench"]
+
+
+def test_ctrl_c_in_the_mesh_leaves_nothing_running_or_listening(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """The master drops its rendezvous ports, so every node's connects there hang for the
+    20 s connect timeout: an interrupt then lands mid-mesh, with listeners up everywhere."""
+    master = cluster.nodes[0]
+    master.iptables("-A", "INPUT", "-p", "tcp", "--dport", "29400:29500", "-j", "DROP")
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        nodes=cluster.nodes[:3],
+        clusterkit={"network": {"connect_timeout": 20}},
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip", "bench,image"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up and 29500 not in listening(master):
+        time.sleep(0.05)
+    assert 29500 in listening(master), "the mesh never started"
+    time.sleep(0.5)  # connects to the master's rendezvous ports are now hanging
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    time.sleep(0.5)  # sshd reaps its session children asynchronously
+    for node in cluster.nodes[:3]:
+        assert node.processes() == [], node.name
+        assert listening(node) <= {22}, node.name
+
+
+def listening(node: Node) -> set[int]:
+    output = node.exec(["ss", "-Hltn"], check=True).stdout
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in output.splitlines() if line}
