@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +68,46 @@ class RemoteProcess(Protocol):
         """Close stdin and wait for the exit; at the deadline kill the process group and set
         `timed_out`. Idempotent; raises TransportError when the run was cancelled."""
         ...
+
+
+class PumpedProcess:
+    """What SSHProcess and LocalProcess share: stdin queued and written while a wait runs,
+    stdout and stderr kept (up to the cap) and stdout read up to markers. A subclass moves
+    the bytes in `_pump`."""
+
+    def __init__(self, host: str, cap: int) -> None:
+        self.host, self._cap = host, cap
+        self._started = time.monotonic()
+        self._pending = b""
+        self._closing = False  # close stdin once the pending bytes are written
+        self._out, self._err = bytearray(), bytearray()
+        self._truncated = False
+        self._consumed = 0  # stdout before this offset went to an earlier expect
+        self._exited_at: float | None = None
+        self._result: CommandResult | None = None
+
+    def send(self, data: bytes) -> None:
+        self._pending += data
+
+    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
+        if self._result is not None:
+            return None
+        if not self._pump(lambda: self._out.find(marker, self._consumed) >= 0, deadline):
+            return None
+        end = self._out.find(marker, self._consumed) + len(marker)
+        chunk, self._consumed = bytes(self._out[self._consumed : end]), end
+        return chunk
+
+    def _keep(self, buffer: bytearray, data: bytes) -> None:
+        """Keep at most the cap; past it, note the loss (the rest is still drained)."""
+        room = self._cap - len(buffer)
+        buffer += data[: max(0, room)]
+        self._truncated |= len(data) > room
+
+    def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
+        """Write stdin and drain both streams until `done()` (True), the exit (True when
+        stdin is closing, as `finish` waits for that) or the deadline (False)."""
+        raise NotImplementedError
 
 
 class Transport(Protocol):

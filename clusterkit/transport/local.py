@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from clusterkit.errors import TransportError
-from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline
+from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline, PumpedProcess
 from clusterkit.transport.pool import register_cancellable
 
 _CHUNK = 65536
@@ -64,20 +64,13 @@ class LocalTransport:
         pass
 
 
-class LocalProcess:
-    """A local command with the SSHProcess contract: `send`, `expect`, `finish`."""
+class LocalProcess(PumpedProcess):
+    """A local command (see RemoteProcess); its process group is killed at a deadline."""
 
     def __init__(self, transport: LocalTransport, popen: subprocess.Popen[bytes], cap: int) -> None:
-        self.host = transport.host
-        self._transport, self._popen, self._cap = transport, popen, cap
-        self._started = time.monotonic()
-        self._pending = b""
-        self._closing = False
-        self._buffers = {popen.stdout: bytearray(), popen.stderr: bytearray()}
-        self._truncated = False
-        self._consumed = 0
-        self._exited_at: float | None = None
-        self._result: CommandResult | None = None
+        super().__init__(transport.host, cap)
+        self._transport, self._popen = transport, popen
+        self._buffers = {popen.stdout: self._out, popen.stderr: self._err}
         self._selector = selectors.DefaultSelector()
         for stream in (popen.stdout, popen.stderr):
             assert stream is not None
@@ -85,22 +78,6 @@ class LocalProcess:
             self._selector.register(stream, selectors.EVENT_READ)
         assert popen.stdin is not None
         os.set_blocking(popen.stdin.fileno(), False)
-
-    @property
-    def _out(self) -> bytearray:
-        return self._buffers[self._popen.stdout]
-
-    def send(self, data: bytes) -> None:
-        self._pending += data
-
-    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
-        if self._result is None and self._pump(
-            lambda: self._out.find(marker, self._consumed) >= 0, deadline
-        ):
-            end = self._out.find(marker, self._consumed) + len(marker)
-            chunk, self._consumed = bytes(self._out[self._consumed : end]), end
-            return chunk
-        return None
 
     def finish(self, deadline: Deadline) -> CommandResult:
         if self._result is not None:
@@ -162,16 +139,14 @@ class LocalProcess:
         if not data:
             self._selector.unregister(stream)
             return
-        room = self._cap - len(self._buffers[stream])
-        self._buffers[stream] += data[: max(0, room)]
-        self._truncated |= len(data) > room
+        self._keep(self._buffers[stream], data)
 
     def _outcome(self, *, timed_out: bool) -> CommandResult:
         return CommandResult(
             self.host,
             None if timed_out else self._popen.returncode,
             bytes(self._out),
-            bytes(self._buffers[self._popen.stderr]),
+            bytes(self._err),
             timed_out=timed_out,
             truncated=self._truncated,
             duration=time.monotonic() - self._started,

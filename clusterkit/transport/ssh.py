@@ -16,6 +16,7 @@ from clusterkit.transport.base import (
     DEFAULT_OUTPUT_CAP,
     CommandResult,
     Deadline,
+    PumpedProcess,
     remote_command,
     split_pgid,
 )
@@ -246,39 +247,16 @@ class SSHTransport:
             hop.close()
 
 
-class SSHProcess:
-    """A command started over SSH: stdin is fed as given, stdout read up to markers while it
-    runs, and `finish` closes stdin and waits for the exit. Every wait is bounded; at a
-    deadline, or when the transport is cancelled, the remote process group is killed."""
+class SSHProcess(PumpedProcess):
+    """A command started over SSH (see RemoteProcess). At a deadline, or when the transport
+    is cancelled, the remote process group is killed."""
 
     def __init__(
         self, transport: SSHTransport, channel: paramiko.Channel, cap: int, started: float
     ) -> None:
-        self.host = transport.host
-        self._transport, self._channel, self._cap, self._started = transport, channel, cap, started
-        self._pending = memoryview(b"")
-        self._closing = False  # shut stdin once the pending bytes are sent
-        self._out, self._err = bytearray(), bytearray()
-        self._truncated = False
-        self._consumed = 0
-        self._exited_at: float | None = None
-        self._result: CommandResult | None = None
+        super().__init__(transport.host, cap)
+        self._transport, self._channel, self._started = transport, channel, started
         channel.setblocking(False)
-
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the command's stdin; they go out while we wait on it."""
-        self._pending = memoryview(bytes(self._pending) + data)
-
-    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
-        """Stdout up to and including the next `marker`; None when the command ended or the
-        deadline passed first (then `finish` tells which)."""
-        if self._result is None and self._pump(
-            lambda: self._out.find(marker, self._consumed) >= 0, deadline
-        ):
-            end = self._out.find(marker, self._consumed) + len(marker)
-            chunk, self._consumed = bytes(self._out[self._consumed : end]), end
-            return chunk
-        return None
 
     def finish(self, deadline: Deadline) -> CommandResult:
         """Close stdin, wait for the exit (killing the group at the deadline); idempotent."""
@@ -309,8 +287,6 @@ class SSHProcess:
             self._channel.close()
 
     def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
-        """Move stdin and drain stdout and stderr together until `done()` (True) or the
-        command exits (True for `finish`, which waits for that) or the deadline (False)."""
         channel = self._channel
         while not done():
             if self._transport._cancelled.is_set():
@@ -326,9 +302,9 @@ class SSHProcess:
             select.select([channel], [], [], 0.005 if self._pending else min(remaining, 0.25))
             self._feed()
             while channel.recv_ready():
-                self._truncated |= _append(self._out, channel.recv(_CHUNK), self._cap)
+                self._keep(self._out, channel.recv(_CHUNK))
             while channel.recv_stderr_ready():
-                self._truncated |= _append(self._err, channel.recv_stderr(_CHUNK), self._cap)
+                self._keep(self._err, channel.recv_stderr(_CHUNK))
             if channel.exit_status_ready():
                 self._exited_at = self._exited_at or time.monotonic()
                 drained = not channel.recv_ready() and not channel.recv_stderr_ready()
@@ -360,14 +336,3 @@ class SSHProcess:
             while channel.recv_ready():
                 channel.recv(_CHUNK)
         return bytes(err)
-
-
-def _append(buffer: bytearray, data: bytes, cap: int) -> bool:
-    """Keep at most cap bytes; report whether anything was dropped (we still drain it)."""
-    room = cap - len(buffer)
-    if room >= len(data):
-        buffer += data
-        return False
-    if room > 0:
-        buffer += data[:room]
-    return True
