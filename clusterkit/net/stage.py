@@ -27,7 +27,6 @@ from clusterkit.transport.pool import parallel
 FACTS_SECONDS = 15.0  # node-side resolver and tool bounds are 3 s and 5 s, run concurrently
 TRANSPORT_MARGIN = 10.0  # SSH exec start and output transfer on a busy control machine
 STOP_SECONDS = 3.0  # a node told to stop (or whose stdin closed) exits by then, or is killed
-STEP_WAIT = FACTS_SECONDS + TRANSPORT_MARGIN  # how long a node waits for the next answer
 
 # Reads the node script (its length is argv[1]) from stdin and runs it, leaving stdin to the
 # conversation that follows. -S: the script is stdlib only; skipping site saves every node
@@ -55,6 +54,7 @@ class NodeSessions:
     def __init__(self, transports: dict[str, Transport], deadline: Deadline) -> None:
         self.transports, self.deadline = transports, deadline
         self.processes: dict[str, RemoteProcess] = {}
+        self.dropped: list[RemoteProcess] = []  # failed a step; ended with the rest in close
         self.errors: dict[str, str] = {}
 
     def start(
@@ -65,7 +65,9 @@ class NodeSessions:
 
         def one(host: str) -> dict[str, Any]:
             argv = [interpreters[host], "-S", "-c", BOOTSTRAP, str(len(source))]
-            argv.append(json.dumps(dict(args[host], wait=STEP_WAIT)))
+            # A node waits for each answer longer than any step can last on this side.
+            wait = FACTS_SECONDS + 2 * TRANSPORT_MARGIN
+            argv.append(json.dumps(dict(args[host], wait=wait)))
             process = self.transports[host].start(argv, deadline=self.deadline)
             self.processes[host] = process
             process.send(source)
@@ -87,26 +89,30 @@ class NodeSessions:
 
     def close(self) -> None:
         """End every node process: stdin closes, so each exits at once; killed otherwise."""
-        processes, self.processes = list(self.processes.values()), {}
-        _finish_all(processes)
+        processes = [*self.processes.values(), *self.dropped]
+        self.processes, self.dropped = {}, []
+        parallel(lambda process: process.finish(Deadline.after(STOP_SECONDS)), processes)
 
     def _each(self, hosts: list[str], fn) -> dict[str, dict[str, Any]]:
+        """Run one step everywhere. A node that fails it leaves the session at once but is
+        stopped only in `close`: killing a stuck one takes seconds the others must not wait."""
         reports: dict[str, dict[str, Any]] = {}
-        failed = []
         for host, outcome in zip(hosts, parallel(fn, hosts), strict=True):
             if isinstance(outcome, BaseException):
                 self.errors[host] = str(outcome) or type(outcome).__name__
-                failed.append(self.processes.pop(host, None))
+                if host in self.processes:
+                    self.dropped.append(self.processes.pop(host))
             else:
                 reports[host] = outcome
-        _finish_all([process for process in failed if process is not None])
         return reports
 
     @staticmethod
     def _report(process: RemoteProcess, step: Deadline, name: str) -> dict[str, Any]:
         chunk = process.expect(END, step)
         if chunk is None:
-            result = process.finish(Deadline.after(STOP_SECONDS))
+            if step.expired:
+                raise RuntimeError(f"{name} step did not finish in time")
+            result = process.finish(Deadline.after(STOP_SECONDS))  # it exited: no wait
             if not result.timed_out and result.exit_code is not None:
                 tail = result.stderr_tail() or "no report"
                 raise RuntimeError(f"{name} step failed (exit {result.exit_code}): {tail}")
@@ -120,10 +126,6 @@ class NodeSessions:
         if payload.get("error"):
             raise RuntimeError(payload["error"])
         return payload
-
-
-def _finish_all(processes: list[RemoteProcess]) -> None:
-    parallel(lambda process: process.finish(Deadline.after(STOP_SECONDS)), processes)
 
 
 def _bounded(deadline: Deadline, seconds: float) -> Deadline:

@@ -320,6 +320,8 @@ class SSHProcess(PumpedProcess):
                 sent = channel.send(self._pending[:_CHUNK])
             except TimeoutError:
                 sent = 0
+            except OSError:  # the channel closed: the command stopped reading
+                sent = len(self._pending)
             self._pending = self._pending[sent:]
         if self._closing and not self._pending and not channel.eof_sent:
             channel.shutdown_write()

@@ -43,11 +43,16 @@ def cluster(netcluster: NetCluster) -> Iterator[NetCluster]:
     netcluster.reset()
 
 
-def run_stage(cluster: NetCluster, tmp_path: Path, **clusterkit) -> tuple[dict, dict]:
+def run_stage(
+    cluster: NetCluster, tmp_path: Path, host_vars: dict | None = None, **clusterkit
+) -> tuple[dict, dict]:
     """Run the stage over real SSH; findings by id (several per id kept in a list)."""
     settings = {"network": {"connect_timeout": CONNECT_TIMEOUT}, **clusterkit}
     path = cluster.inventory(
-        tmp_path / "inventory.yaml", python_interpreter=NODE_PYTHON, clusterkit=settings
+        tmp_path / "inventory.yaml",
+        python_interpreter=NODE_PYTHON,
+        clusterkit=settings,
+        host_vars=host_vars,
     )
     inventory = load_inventory(path)
     connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
@@ -275,4 +280,49 @@ def test_unreachable_node_is_an_error_not_a_pass(cluster: NetCluster, tmp_path: 
     assert [(f.status, f.hosts) for f in errors] == [(Status.ERROR, ["node4"])]
     assert raw["matrix"]["node1"]["node4"] == "untested"
     assert raw["matrix"]["node1"]["node2"] == "ok"
+    assert_nothing_left(cluster)
+
+
+def test_a_node_without_its_python_is_dropped_and_the_rest_still_meshes(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    missing = {"node3": {"ansible_python_interpreter": "/opt/nowhere/python3"}}
+    by_id, raw = run_stage(cluster, tmp_path, host_vars=missing)
+
+    stage = only(by_id, "net.stage")
+    assert (stage.status, stage.hosts) == (Status.ERROR, ["node3"])
+    assert "facts step failed (exit 127)" in stage.message
+    assert "/opt/nowhere/python3" in stage.message
+    assert raw["matrix"]["node1"]["node3"] == "untested"
+    others = ("node1", "node2", "node4")
+    assert all(raw["matrix"][a][b] == "ok" for a in others for b in others if a != b)
+    assert only(by_id, "net.rendezvous").status is Status.OK
+    assert_nothing_left(cluster)
+
+
+def test_a_node_too_slow_for_the_facts_bound_does_not_hold_up_the_others(
+    cluster: NetCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """node3's interpreter takes 8 s to start; with the facts step bounded at 2 s it is
+    reported and killed, while the other nodes, which have been waiting for their plan since
+    their own facts, still run the mesh among themselves."""
+    from clusterkit.net import stage
+
+    monkeypatch.setattr(stage, "FACTS_SECONDS", 1.0)
+    monkeypatch.setattr(stage, "TRANSPORT_MARGIN", 1.0)
+    slow = tmp_path / "slow-python3"
+    slow.write_text(f'#!/bin/sh\nsleep 8\nexec {NODE_PYTHON} "$@"\n')
+    slow.chmod(0o755)
+    started = time.monotonic()
+    by_id, raw = run_stage(
+        cluster, tmp_path, host_vars={"node3": {"ansible_python_interpreter": str(slow)}}
+    )
+    assert time.monotonic() - started < 8  # nobody waited for node3's interpreter
+
+    stage_error = only(by_id, "net.stage")
+    assert (stage_error.status, stage_error.hosts) == (Status.ERROR, ["node3"])
+    assert "facts step did not finish in time" in stage_error.message
+    others = ("node1", "node2", "node4")
+    assert all(raw["matrix"][a][b] == "ok" for a in others for b in others if a != b)
+    assert only(by_id, "net.rendezvous").status is Status.OK
     assert_nothing_left(cluster)
