@@ -447,13 +447,13 @@ class Listener:
         parts = peer.received.decode("utf-8", "replace").split()
         if len(parts) < 2 or parts[0] != HANDSHAKE.decode():
             return False
+        with self.lock:  # before answering: once answered, the peer may report at once
+            self.seen.add(parts[1])
         try:
             peer.conn.sendall(HANDSHAKE + b" " + self.name.encode() + b"\n")
         except OSError:
             return False
         peer.answered = True
-        with self.lock:
-            self.seen.add(parts[1])
         return True
 
     def close(self):

@@ -49,7 +49,7 @@ def node_script() -> bytes:
 
 class NodeSessions:
     """The node-side processes of one stage run, talked to step by step. A node that fails a
-    step is stopped and leaves the session with its reason in `errors`."""
+    step leaves the session with its reason in `errors` and is stopped in `close`."""
 
     def __init__(self, transports: dict[str, Transport], deadline: Deadline) -> None:
         self.transports, self.deadline = transports, deadline
@@ -58,7 +58,7 @@ class NodeSessions:
         self.errors: dict[str, str] = {}
 
     def start(
-        self, hosts: list[str], interpreters: dict[str, str], args: dict[str, dict], step: Deadline
+        self, hosts: list[str], interpreters: dict[str, str], args: dict[str, dict], until: Deadline
     ) -> dict[str, dict[str, Any]]:
         """Start the node script everywhere and return each node's first report (facts)."""
         source = node_script()
@@ -71,19 +71,19 @@ class NodeSessions:
             process = self.transports[host].start(argv, deadline=self.deadline)
             self.processes[host] = process
             process.send(source)
-            return self._report(process, step, "facts")
+            return self._report(process, until, "facts")
 
         return self._each(hosts, one)
 
     def step(
-        self, name: str, messages: dict[str, dict[str, Any]], step: Deadline
+        self, name: str, messages: dict[str, dict[str, Any]], until: Deadline
     ) -> dict[str, dict[str, Any]]:
         """Send each live node its message and return its next report."""
 
         def one(host: str) -> dict[str, Any]:
             process = self.processes[host]
             process.send(json.dumps(messages[host]).encode() + b"\n")
-            return self._report(process, step, name)
+            return self._report(process, until, name)
 
         return self._each([host for host in messages if host in self.processes], one)
 
@@ -107,10 +107,10 @@ class NodeSessions:
         return reports
 
     @staticmethod
-    def _report(process: RemoteProcess, step: Deadline, name: str) -> dict[str, Any]:
-        chunk = process.expect(END, step)
+    def _report(process: RemoteProcess, until: Deadline, name: str) -> dict[str, Any]:
+        chunk = process.expect(END, until)
         if chunk is None:
-            if step.expired:
+            if until.expired:
                 raise RuntimeError(f"{name} step did not finish in time")
             result = process.finish(Deadline.after(STOP_SECONDS))  # it exited: no wait
             if not result.timed_out and result.exit_code is not None:
