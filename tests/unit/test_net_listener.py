@@ -3,6 +3,7 @@ a silent peer that must not stall the others, and a foreign client turned away."
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -77,3 +78,29 @@ def test_silent_peer_is_let_go_and_foreign_client_turned_away(listener: Listener
         foreign.sendall(b"GET / HTTP/1.0\r\n\r\n")
         assert foreign.recv(64) == b""
     assert listener.seen == set()
+
+
+def test_inbox_reads_answers_and_treats_stop_eof_and_silence_alike() -> None:
+    """The node waits for the control side's answers; each wait is bounded and anything but
+    an answer (stop, end of input, silence) ends the session rather than hanging it."""
+    read_end, write_end = os.pipe()
+    try:
+        inbox = node.Inbox(wait=5.0, fd=read_end)
+        os.write(write_end, b'{"go": true}\n{"name": "node2", "listen": []}\n')
+        assert inbox.next() == {"go": True}
+        assert inbox.next() == {"name": "node2", "listen": []}  # the second, already buffered
+        os.write(write_end, b'{"stop"')
+        os.write(write_end, b": true}\n")  # a line split across reads
+        assert inbox.next() is None
+
+        quiet = node.Inbox(wait=0.3, fd=read_end)
+        started = time.monotonic()
+        assert quiet.next() is None
+        assert 0.25 <= time.monotonic() - started < 3
+        os.close(write_end)
+        write_end = -1
+        assert inbox.next() is None  # end of input: the control side went away
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
