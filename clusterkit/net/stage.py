@@ -68,7 +68,7 @@ class NodeSessions:
             # A node waits for each answer longer than any step can last on this side.
             wait = FACTS_SECONDS + 2 * TRANSPORT_MARGIN
             argv.append(json.dumps(dict(args[host], wait=wait)))
-            process = self.transports[host].start(argv, deadline=self.deadline)
+            process = self.transports[host].start(argv, deadline=self.deadline, start_by=until)
             self.processes[host] = process
             process.send(source)
             return self._report(process, until, "facts")

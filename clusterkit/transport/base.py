@@ -129,10 +129,16 @@ class Transport(Protocol):
         ...
 
     def start(
-        self, argv: Sequence[str], *, deadline: Deadline, output_cap: int = DEFAULT_OUTPUT_CAP
+        self,
+        argv: Sequence[str],
+        *,
+        deadline: Deadline,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        start_by: Deadline | None = None,
     ) -> RemoteProcess:
         """Start argv for a conversation (see RemoteProcess); `deadline` bounds its whole
-        life on the node, and `finish` must be called to end it."""
+        life on the node, `start_by` (default: deadline) how long we wait for the server to
+        start it, and `finish` must be called to end it."""
         ...
 
     def close(self) -> None: ...

@@ -44,9 +44,14 @@ class LocalTransport:
         return process.finish(deadline)
 
     def start(
-        self, argv: Sequence[str], *, deadline: Deadline, output_cap: int = DEFAULT_OUTPUT_CAP
+        self,
+        argv: Sequence[str],
+        *,
+        deadline: Deadline,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        start_by: Deadline | None = None,
     ) -> LocalProcess:
-        del deadline  # nothing to wait for before the process runs
+        del deadline, start_by  # nothing to wait for before the process runs
         try:
             popen = subprocess.Popen(
                 list(argv),

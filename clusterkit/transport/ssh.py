@@ -163,12 +163,18 @@ class SSHTransport:
         return process.finish(deadline)
 
     def start(
-        self, argv: Sequence[str], *, deadline: Deadline, output_cap: int = DEFAULT_OUTPUT_CAP
+        self,
+        argv: Sequence[str],
+        *,
+        deadline: Deadline,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        start_by: Deadline | None = None,
     ) -> SSHProcess:
         started = time.monotonic()
-        channel = self._open_channel(deadline)
+        by = start_by or deadline
+        channel = self._open_channel(by)
         try:
-            self._exec(channel, remote_command(argv, deadline.remaining()), deadline)
+            self._exec(channel, remote_command(argv, deadline.remaining()), by)
         except BaseException:
             channel.close()
             raise

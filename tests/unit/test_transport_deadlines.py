@@ -67,10 +67,9 @@ def stalling_server() -> Iterator[tuple[int, paramiko.PKey]]:
         transport.close()
 
 
-def test_exec_request_without_answer_is_bounded(
-    stalling_server: tuple[int, paramiko.PKey], tmp_path
-) -> None:
-    port, key = stalling_server
+def _connect_to(server: tuple[int, paramiko.PKey], tmp_path) -> SSHTransport:
+    """An authenticated transport to the stalling server (it accepts any key)."""
+    port, key = server
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {key.get_name()} {key.get_base64()}\n")
     client_key = tmp_path / "id_rsa"
@@ -79,6 +78,13 @@ def test_exec_request_without_answer_is_bounded(
                         key_files=(str(client_key),), known_hosts=(str(known),))  # fmt: skip
     client = open_client(endpoint, HostKeyVerifier("strict", [str(known)]), Deadline.after(10))
     transport = SSHTransport("stall", client)
+    return transport
+
+
+def test_exec_request_without_answer_is_bounded(
+    stalling_server: tuple[int, paramiko.PKey], tmp_path
+) -> None:
+    transport = _connect_to(stalling_server, tmp_path)
     try:
         started = time.monotonic()
         with pytest.raises(TransportError) as caught:
@@ -86,6 +92,22 @@ def test_exec_request_without_answer_is_bounded(
         assert time.monotonic() - started < 10  # the server would keep us 30 s
         assert caught.value.kind == "timeout", caught.value
         assert caught.value.host == "stall"
+    finally:
+        transport.close()
+
+
+def test_a_long_lived_command_still_starts_by_its_start_deadline(
+    stalling_server: tuple[int, paramiko.PKey], tmp_path
+) -> None:
+    """The network stage starts node processes that live a minute; a server that never
+    answers the exec request must fail the first step's bound, not the process's life."""
+    transport = _connect_to(stalling_server, tmp_path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError) as caught:
+            transport.start(["true"], deadline=Deadline.after(60), start_by=Deadline.after(2))
+        assert time.monotonic() - started < 10  # not the 60 s of the process's life
+        assert caught.value.kind == "timeout", caught.value
     finally:
         transport.close()
 
