@@ -10,7 +10,6 @@ size. Target: clusterkit / raw >= 0.95 (the measurement adds no overhead worth s
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ from clusterkit.inventory.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
-from tests.support.netcluster import NetCluster, unavailable_reason
+from tests.support.netcluster import NetCluster, node_python, unavailable_reason
 
 RAW_LOOP = """
 import os, sys, time, torch, torch.distributed as dist
@@ -49,7 +48,7 @@ dist.destroy_process_group()
 
 def raw_run(cluster: NetCluster, sizes: list[int], iters: int, warmup: int, port: int) -> dict:
     """torchrun over OpenSSH on each node with the minimal loop; busbw by size from rank 0."""
-    python = os.path.realpath(sys.executable)
+    python = node_python()
     script = RAW_LOOP.format(iters=iters, warmup=warmup)
     nodes = cluster.nodes[:3]
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Install everything the tests need on a fresh Debian 12 machine (as root), then run them all.
-# The cluster tests build real hosts (network namespaces with sshd and iptables), a Docker
-# engine and a loopback registry; they need root, which CI has.
+# Install everything the tests need on a fresh Debian 12 / Ubuntu 24.04 machine (as root), then
+# run them all. Python packages go into the project's own virtualenv (.venv), never into the
+# system Python, which refuses them (PEP 668). The cluster tests build real hosts (network
+# namespaces with sshd and iptables), a Docker engine and a loopback registry; they need root,
+# which CI has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
+VENV=${CLUSTERKIT_VENV:-.venv}
 SYSTEM_PACKAGES=(openssh-server openssh-client iptables iproute2 procps psmisc kmod
                  docker.io docker-registry debootstrap ca-certificates)
 
@@ -15,6 +18,9 @@ if [ "$(id -u)" = 0 ]; then
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" \
       || missing+=("$package")
   done
+  if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+    missing+=(python3-venv)
+  fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing system packages: ${missing[*]}"
     apt-get update -qq
@@ -25,10 +31,13 @@ else
   echo "not root: cluster and docker tests will be skipped" >&2
 fi
 
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build.
-"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-  'torch==2.13.0' -e '.[test]' 2>&1 | grep -v -e '^WARNING: Location' -e 'is ignored' || true
-"$PYTHON" -m pip check >/dev/null 2>&1 || true
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check 'torch==2.13.0' -e '.[test]' \
+  2> >(grep -v -e '^WARNING: Location' -e 'is ignored' >&2)
+"$VENV/bin/python" -m pip check
 
-"$PYTHON" -m ruff check clusterkit tests benchmarks
-exec "$PYTHON" -m pytest -p no:cacheprovider "$@"
+"$VENV/bin/python" -m ruff check clusterkit tests benchmarks
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -15,6 +15,10 @@ from clusterkit.errors import UsageError
 SPOT_COLOR, DEMAND_COLOR, MARK_COLOR = "#1f77b4", "#d62728", "#444444"
 
 
+# clusterkit is installed from a checkout (there is no PyPI release under this name).
+PLOT_HINT = "install matplotlib beside clusterkit (in a checkout: .venv/bin/pip install '.[plot]')"
+
+
 def rate_range(result: Estimate) -> tuple[float, float]:
     """Two decades either side of the interesting rates (the user's and break-even)."""
     marks = [
@@ -41,7 +45,7 @@ def write_png(result: Estimate, path: str) -> None:
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("--plot needs matplotlib", hint="pip install 'clusterkit[plot]'") from None
+        raise UsageError("--plot needs matplotlib", hint=PLOT_HINT) from None
 
     matplotlib.use("Agg")
     from matplotlib import pyplot

@@ -257,15 +257,36 @@ print(json.dumps(info))
 
 def add_site_packages():
     """The probe starts with `python -S` (processing every .pth file costs ~0.2 s of CPU per
-    start on a well-stocked interpreter); the site-packages folders are all we need."""
+    start on a well-stocked interpreter); the site-packages folders are all we need. Under -S
+    a virtualenv's interpreter still has the base install's prefix, so its pyvenv.cfg is read
+    here as site.py would: the facts must be what the job's interpreter imports."""
     import site
 
-    folders = list(getattr(site, "getsitepackages", list)())
-    if getattr(site, "ENABLE_USER_SITE", True) is not False:
+    prefixes, user_site = _venv_prefixes()
+    folders = list(site.getsitepackages(prefixes) if prefixes else site.getsitepackages())
+    if user_site and getattr(site, "ENABLE_USER_SITE", True) is not False:
         folders.append(site.getusersitepackages())
     for folder in folders:
         if folder not in sys.path and os.path.isdir(folder):
             sys.path.append(folder)
+
+
+def _venv_prefixes():
+    """(site prefixes, whether the user site applies) of the virtualenv this interpreter runs
+    in, found as site.venv() finds it; (None, True) outside a virtualenv."""
+    executable = os.path.dirname(os.path.abspath(sys.executable))
+    for folder in (executable, os.path.dirname(executable)):
+        config = read(os.path.join(folder, "pyvenv.cfg"))
+        if config is None:
+            continue
+        system_site = re.search(
+            r"^\s*include-system-site-packages\s*=\s*(\S+)", config, re.M | re.I
+        )
+        prefixes = [folder]
+        if system_site and system_site.group(1).lower() == "true":
+            prefixes += [sys.base_prefix, sys.base_exec_prefix]
+        return prefixes, False
+    return None, True
 
 
 def _torch_files():

@@ -97,6 +97,14 @@ class NetClusterError(RuntimeError):
 _instances = itertools.count()
 
 
+def node_python() -> str:
+    """This interpreter as the nodes should start it: a venv's python must keep its path (the
+    venv is found from it); outside one, the real path skips a pyenv shim's shell script."""
+    if sys.prefix != sys.base_prefix:
+        return sys.executable
+    return os.path.realpath(sys.executable)
+
+
 def default_prefix() -> str:
     """ck<pid><letter>: unique per process and per cluster within it, short enough for links."""
     return f"ck{os.getpid()}{string.ascii_lowercase[next(_instances) % 26]}"
@@ -642,7 +650,8 @@ class NetCluster:
     ) -> Path:
         """Write an Ansible YAML inventory of the cluster and return its path.
 
-        python_interpreter defaults to this interpreter's real path (torch is installed there);
+        python_interpreter defaults to this interpreter (torch is installed there): the venv's
+        own python when the tests run in one, else its real path (not a pyenv shim);
         /usr/bin/python3 has no torch. clusterkit: merged over {master: node1, interface: eth0}.
         host_vars: per-node variables, e.g. {"node3": {"ansible_python_interpreter": ...}}.
         """
@@ -652,7 +661,7 @@ class NetCluster:
         group_vars: dict[str, Any] = {
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(self.key_path),
-            "ansible_python_interpreter": python_interpreter or os.path.realpath(sys.executable),
+            "ansible_python_interpreter": python_interpreter or node_python(),
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts_path}",
         }
         group_vars.update(extra_vars or {})
