@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${CLUSTERKIT_VENV:-.venv}
 SYSTEM_PACKAGES=(openssh-server openssh-client iptables iproute2 procps psmisc kmod
-                 docker.io docker-registry debootstrap ca-certificates)
+                 docker.io docker-registry debootstrap ca-certificates
+                 slurmctld slurmd slurm-client munge)
 
 if [ "$(id -u)" = 0 ]; then
   missing=()

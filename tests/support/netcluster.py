@@ -556,8 +556,9 @@ class Node:
         """Back to healthy: no leftover processes, open firewall, default MTU, hosts and GPUs,
         sshd listening."""
         listener = self.sshd.pid if self.sshd_running else None
+        daemons = self.cluster.daemons
         kill_netns_processes(
-            self.netns, keep=lambda pid: pid == listener or process_exe(pid) == SSHD
+            self.netns, keep=lambda pid: pid == listener or process_exe(pid) in daemons
         )
         self.exec(
             ["sh", "-c",
@@ -595,6 +596,8 @@ class NetCluster:
         self.bridge = f"{self.prefix}br"
         self.forward_rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
         self._spawned: list[subprocess.Popen[bytes]] = []
+        # Programs a reset leaves running in the nodes (a SlurmCluster adds slurmd).
+        self.daemons: set[str] = {SSHD}
         self._closed = False
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
