@@ -1,0 +1,1 @@
+"""Slurm as a place clusterkit runs: targets from an allocation, the srun transport, drains."""
