@@ -50,7 +50,8 @@ class TransportError(ClusterkitError):
     """A host could not be reached or a remote command could not run.
 
     `kind` is one of: unreachable, refused, timeout, auth, hostkey-unknown, hostkey-changed,
-    proxy, protocol, interrupted.
+    hostkey-revoked, hostkey-unsupported (a @cert-authority line), proxy, protocol,
+    interrupted.
     """
 
     exit_status = ExitStatus.INCOMPLETE

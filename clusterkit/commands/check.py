@@ -53,6 +53,18 @@ def connection_findings(inventory: Inventory, connections: Connections) -> list[
         )
         for name, error in connections.failures.items()
     ]
+    findings += [
+        Finding(
+            "host.key",
+            Status.WARN,
+            f"{name}: {what}; accepted only because --host-key-policy is off",
+            hosts=[name],
+            found="hostkey-mismatch",
+            remedy="check the node; if it was reinstalled, update known_hosts (ssh-keygen -R)",
+            stage="connect",
+        )
+        for name, what in connections.key_notices.items()
+    ]
     if connections.transports:
         findings.insert(
             0,

@@ -29,6 +29,8 @@ class Connections:
 
     transports: dict[str, Transport] = field(default_factory=dict)
     failures: dict[str, TransportError] = field(default_factory=dict)
+    # host -> what known_hosts disagreed with, for keys accepted only because checking is off
+    key_notices: dict[str, str] = field(default_factory=dict)
 
     def cancel(self) -> None:
         """Ctrl-C: make every running remote command kill its process group and return."""
@@ -131,6 +133,9 @@ def connect_all(
             )
         else:
             connections.transports[host.name] = result
+    for verifier in _verifiers.values():
+        for host_name, what in verifier.notices:
+            connections.key_notices.setdefault(host_name, what)
     return connections
 
 

@@ -228,3 +228,76 @@ def test_unreadable_ssh_config_is_a_usage_error(tmp_path: Path) -> None:
         load_ssh_config(str(tmp_path / "nope"))
     assert raised.value.exit_status == 2
     assert "cannot read SSH config" in str(raised.value)
+
+
+# -- known_hosts markers and wildcards (OpenSSH semantics) -------------------------------------
+
+
+def test_revoked_key_is_refused_under_every_policy_naming_file_and_line(
+    tmp_path: Path, keys
+) -> None:
+    first, _ = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        line("10.0.0.1", first) + f"@revoked 10.0.0.* {first.get_name()} {first.get_base64()}\n"
+    )
+    for policy in ("strict", "accept-new", "off"):
+        with pytest.raises(TransportError) as raised:
+            HostKeyVerifier(policy, [str(known)]).verify("node1", "10.0.0.1", 22, first)
+        assert raised.value.kind == "hostkey-revoked"
+        assert f"{known}:2" in str(raised.value)
+
+
+def test_revoked_line_applies_only_to_the_hosts_it_names(tmp_path: Path, keys) -> None:
+    first, _ = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        line("10.0.0.1,[10.0.0.2]:2222", first)
+        + f"@revoked 10.0.0.*,!10.0.0.1 {first.get_name()} {first.get_base64()}\n"
+    )
+    verifier = HostKeyVerifier("strict", [str(known)])
+    verifier.verify("node1", "10.0.0.1", 22, first)  # negated: the line does not apply
+    verifier.verify("node2", "10.0.0.2", 2222, first)  # `[10.0.0.2]:2222` is not `10.0.0.*`
+
+
+def test_cert_authority_host_is_refused_unless_its_own_key_is_listed(tmp_path: Path, keys) -> None:
+    first, second = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        "# CA for the cluster\n"
+        + f"@cert-authority *.cluster.example {second.get_name()} {second.get_base64()}\n"
+        + line("node2.cluster.example", first)
+    )
+    for policy in ("strict", "accept-new"):
+        with pytest.raises(TransportError) as raised:
+            HostKeyVerifier(policy, [str(known)]).verify("n1", "node1.cluster.example", 22, first)
+        assert raised.value.kind == "hostkey-unsupported"
+        assert f"{known}:2: @cert-authority" in str(raised.value)
+        assert "not supported" in str(raised.value)
+    assert known.read_text().count("\n") == 3  # accept-new recorded nothing
+    HostKeyVerifier("strict", [str(known)]).verify("n2", "node2.cluster.example", 22, first)
+
+
+def test_wildcard_and_hashed_known_hosts_lines_match_like_openssh(tmp_path: Path, keys) -> None:
+    first, second = keys
+    hashed = paramiko.HostKeys.hash_host("10.9.9.9")
+    known = tmp_path / "known_hosts"
+    known.write_text(line("node?.example,10.0.*", first) + line(hashed, second))
+    verifier = HostKeyVerifier("strict", [str(known)])
+    verifier.verify("a", "node7.example", 22, first)
+    verifier.verify("b", "10.0.3.4", 22, first)
+    verifier.verify("c", "10.9.9.9", 22, second)
+    with pytest.raises(TransportError):
+        verifier.verify("d", "node10.example", 22, first)
+
+
+def test_off_still_reports_a_key_that_differs(tmp_path: Path, keys, capsys) -> None:
+    first, second = keys
+    known = tmp_path / "known_hosts"
+    known.write_text(line("10.0.0.1", first))
+    verifier = HostKeyVerifier("off", [str(known)])
+    verifier.verify("node1", "10.0.0.1", 22, second)
+    verifier.verify("node9", "10.0.0.9", 22, second)  # unknown: no notice, only the banner
+    assert [host for host, _ in verifier.notices] == ["node1"]
+    assert f"{known}:1" in verifier.notices[0][1]
+    assert "node1: host key for 10.0.0.1 differs" in capsys.readouterr().err

@@ -1,0 +1,89 @@
+"""Hardening against a real cluster: host keys as OpenSSH treats them, signals, blame."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.netcluster import NetCluster
+
+STATIC_ONLY = ["--skip", "network,bench,image"]
+
+
+def clusterkit(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "clusterkit", *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def check_json(inventory: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    done = clusterkit("check", str(inventory), "--format", "json", *STATIC_ONLY, *args)
+    assert done.stdout, done.stderr
+    report = json.loads(done.stdout)
+    assert report["exit_status"] == done.returncode
+    return done.returncode, report, done.stderr
+
+
+def errors_by_host(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        f["hosts"][0]: f
+        for f in report["findings"]
+        if f["id"] == "host.reachable" and f["status"] == "error"
+    }
+
+
+def forged_key(tmp_path: Path) -> str:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "forged")],
+        capture_output=True, check=True, timeout=20,
+    )  # fmt: skip
+    return " ".join((tmp_path / "forged.pub").read_text().split()[:2])
+
+
+def test_a_revoked_host_key_is_refused_naming_file_and_line(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    known = tmp_path / "known_hosts"
+    revoked = cluster.nodes[1].host_key_line().split(" ", 1)[1]
+    known.write_text(
+        cluster.known_hosts_path.read_text() + f"@revoked {cluster.nodes[1].address} {revoked}\n"
+    )
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        extra_vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"},
+    )
+    for policy in ((), ("--host-key-policy", "off")):
+        status, report, _ = check_json(inventory, *policy)
+        assert status == 3
+        refused = errors_by_host(report)
+        assert list(refused) == ["node2"], report["findings"]
+        assert refused["node2"]["found"] == "hostkey-revoked"
+        assert f"{known}:{len(cluster.nodes) + 1}" in refused["node2"]["message"]
+        assert report["hosts"]["node1"]["facts"]["hostname"]["hostname"] == "node1"
+
+
+def test_policy_off_still_reports_a_changed_key(cluster: NetCluster, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    lines = cluster.known_hosts_path.read_text().splitlines()
+    lines[2] = f"{cluster.nodes[2].address} {forged_key(tmp_path)}"
+    known.write_text("\n".join(lines) + "\n")
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        extra_vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"},
+    )
+    status, report, stderr = check_json(inventory, "--host-key-policy", "off")
+    assert status == 0
+    warned = [f for f in report["findings"] if f["id"] == "host.key"]
+    assert [(f["status"], f["hosts"]) for f in warned] == [("warn", ["node3"])]
+    assert f"{known}:3" in warned[0]["message"]
+    assert "node3: host key for" in stderr and "differs" in stderr
+    status, report, _ = check_json(inventory)  # and strict still refuses it
+    assert status == 3 and errors_by_host(report)["node3"]["found"] == "hostkey-changed"
