@@ -25,8 +25,34 @@ BEGIN = "\n--clusterkit-begin--\n"
 END = "\n--clusterkit-end--\n"
 PROBE_VERSION = 1
 TOOL_TIMEOUT = 10.0
-ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "CUDA_", "NVIDIA_", "MASTER_", "OMP_NUM_THREADS")
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "WORLD_SIZE", "PYTHONPATH")
+# The variables the checks read, by name: collecting by prefix copied tokens such as
+# NVIDIA_API_KEY into reports. A check that needs another variable adds it here.
+ENV_NAMES = (
+    # NCCL settings left over from debugging (checks/health.py, bench/gate.py)
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_CHECKS_DISABLE",
+    "NCCL_DEBUG",
+    # the transport NCCL and gloo use (net/ifname.py, checks)
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_IB_HCA",
+    "NCCL_NET",
+    # the job's own settings, which must agree with what was checked
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DISABLE_REQUIRE",
+)
 GPU_FIELDS = (
     "index",
     "uuid",
@@ -367,11 +393,8 @@ def collect_python(options):
 
 
 def collect_env(options):
-    return {
-        key: value
-        for key, value in sorted(os.environ.items())
-        if key.startswith(ENV_PREFIXES) or key in ENV_NAMES
-    }
+    """Only the variables named in ENV_NAMES: anything else may hold a secret."""
+    return {key: os.environ[key] for key in ENV_NAMES if key in os.environ}
 
 
 def collect_docker(options):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 from clusterkit.errors import UsageError
+from clusterkit.redact import redact
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
@@ -15,7 +17,9 @@ __all__ = ["Report", "emit", "verdict_status"]
 
 
 def emit(report: Report, fmt: str, output: str | None) -> None:
-    """Write the report to --output (or stdout); rich only on an interactive terminal."""
+    """Write the report to --output (or stdout); rich only on an interactive terminal.
+    Secret-looking values are redacted first, whatever the format or destination."""
+    report = redacted(report)
     if fmt == "json":
         text = render_json(report)
     elif fmt == "junit":
@@ -41,6 +45,27 @@ def emit(report: Report, fmt: str, output: str | None) -> None:
         render_rich(report, sys.stdout)
     else:
         render_plain(report, sys.stdout)
+
+
+def redacted(report: Report) -> Report:
+    """The report as it may be shown: findings, host facts and stage details redacted."""
+    findings = [
+        dataclasses.replace(
+            f,
+            message=redact(f.message),
+            expected=redact(f.expected),
+            found=redact(f.found),
+            remedy=redact(f.remedy),
+        )
+        for f in report.findings
+    ]
+    return dataclasses.replace(
+        report,
+        findings=findings,
+        hosts=redact(report.hosts),
+        details=redact(report.details),
+        text_blocks=redact(report.text_blocks),
+    )
 
 
 def render_plain_summary(report: Report) -> None:

@@ -1,0 +1,133 @@
+"""Facts are the job's: the interpreter's own venv, and no secret of the node's environment."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.test_check_spine import check, finding
+from tests.support.netcluster import NetCluster, node_python
+
+SECRET = "nvapi-9fQ2kR7sW4tokenvalue"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def fake_torch(site_packages: Path, version: str) -> None:
+    """A package named torch whose files say `version` (a CPU build): what a wheel leaves."""
+    package = site_packages / "torch"
+    package.mkdir(parents=True)
+    (package / "version.py").write_text(f"__version__ = '{version}'\ncuda = None\nhip = None\n")
+    (package / "__init__.py").write_text("from .version import __version__\n")
+
+
+def base_interpreter(root: Path) -> Path:
+    """A base Python install of its own (its prefix is `root`, its stdlib the system's), so
+    that torch can be put in the *base* site-packages without touching the machine's."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    real = Path(subprocess.check_output([SYSTEM_PYTHON, "-c", "import sys; print(sys.executable)"],
+                                        text=True).strip()).resolve()  # fmt: skip
+    (root / "bin").mkdir(parents=True)
+    (root / "lib").mkdir()
+    shutil.copy2(real, root / "bin" / "python3")
+    stdlib = subprocess.check_output(
+        [SYSTEM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"], text=True
+    ).strip()
+    (root / "lib" / version).symlink_to(stdlib)
+    return root / "bin" / "python3"
+
+
+def site_of(python: Path) -> Path:
+    """The first site folder `python` itself uses (full site processing, as a job runs)."""
+    out = subprocess.check_output(
+        [str(python), "-c", "import site; print(site.getsitepackages()[0])"], text=True
+    )
+    return Path(out.strip())
+
+
+def imported_torch(node, python: Path) -> str | None:
+    """What `import torch` gives the job's interpreter on the node, over SSH: version or None."""
+    code = "import torch; print(torch.__version__)"
+    done = subprocess.run(
+        node.ssh_argv(str(python), "-c", f"'{code}'"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        assert "No module named 'torch'" in done.stderr, done.stderr
+        return None
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def venvs(tmp_path: Path) -> dict[str, Path]:
+    """A base install with torch 2.50.0 and two venvs over it: one with torch 2.99.0, one
+    with none. The job's interpreter is the venv's python."""
+    if not Path(SYSTEM_PYTHON).exists():
+        pytest.skip(f"{SYSTEM_PYTHON} is needed to build a base install")
+    base = base_interpreter(tmp_path / "base")
+    fake_torch(site_of(base), "2.50.0")
+    made = {}
+    for name, torch in (("other", "2.99.0"), ("none", None)):
+        target = tmp_path / f"venv-{name}"
+        subprocess.run([str(base), "-m", "venv", "--without-pip", str(target)], check=True,
+                       timeout=120)  # fmt: skip
+        if torch:
+            fake_torch(site_of(target / "bin" / "python"), torch)
+        made[name] = target / "bin" / "python"
+    return made
+
+
+def test_facts_are_what_the_venv_imports(
+    cluster: NetCluster, tmp_path: Path, venvs: dict[str, Path]
+) -> None:
+    node1, node2 = cluster.nodes[0], cluster.nodes[1]
+    assert imported_torch(node1, venvs["other"]) == "2.99.0"
+    assert imported_torch(node2, venvs["none"]) is None
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        host_vars={
+            node1.name: {"ansible_python_interpreter": str(venvs["other"])},
+            node2.name: {"ansible_python_interpreter": str(venvs["none"])},
+        },
+    )
+    status, report, _ = check(inventory)
+    assert status == 1
+    torch_on = {name: host["facts"]["torch"] for name, host in report["hosts"].items()}
+    assert torch_on[node1.name]["version"] == "2.99.0"  # the venv's, not the base's 2.50.0
+    assert torch_on[node1.name]["path"].startswith(str(venvs["other"].parent.parent))
+    assert torch_on[node2.name]["present"] is False  # the base's torch is not the job's
+    assert finding(report, "torch.present", "fail")["hosts"] == [node2.name]
+
+
+def test_a_secret_in_the_node_environment_never_reaches_the_report(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """The job's interpreter runs with NVIDIA_API_KEY and friends set on the node."""
+    wrapper = tmp_path / "python-with-secrets"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"export NVIDIA_API_KEY={SECRET} NCCL_TOKEN={SECRET} CUDA_PASSWORD={SECRET}\n"
+        "export NCCL_SOCKET_IFNAME=eth0\n"
+        f'exec {node_python()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    inventory = cluster.inventory(tmp_path / "inv.yaml", python_interpreter=str(wrapper))
+    written = tmp_path / "report.json"
+    status, report, _ = check(inventory)
+    assert status == 0, [f for f in report["findings"] if f["status"] in ("fail", "error")]
+    assert SECRET not in json.dumps(report)
+    env = report["hosts"]["node1"]["facts"]["env"]
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0"  # the environment was read, the secret left out
+    assert "NVIDIA_API_KEY" not in env
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip",
+         "network,bench,image", "--format", "json", "-o", str(written)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in written.read_text() + done.stdout + done.stderr
+    assert json.loads(written.read_text())["hosts"]["node2"]["facts"]["env"]
