@@ -46,6 +46,32 @@ class ConfigError(ClusterkitError):
     """A malformed spec, catalog or settings file (not an inventory)."""
 
 
+class SpecError(ConfigError):
+    """A malformed image spec value. Names the file, the line when known, and the key."""
+
+    def __init__(
+        self,
+        path: str,
+        message: str,
+        *,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = f"{_printable(path)}:{line}" if line is not None else _printable(path)
+        what = f"{_printable(key)}: {_printable(message)}" if key else _printable(message)
+        super().__init__(f"{where}: {what}", hint=hint)
+        self.path, self.line, self.key = str(path), line, key
+
+
+def _printable(text: str) -> str:
+    """Control characters escaped, so that a hostile name stays on one line of output."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 class TransportError(ClusterkitError):
     """A host could not be reached or a remote command could not run.
 

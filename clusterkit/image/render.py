@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from clusterkit.errors import SpecError
+from clusterkit.image import grammar
 from clusterkit.image.lock import HEADER, dumps, requirements_text
 from clusterkit.image.spec import (
     CONSTRAINTS_FILE,
@@ -85,21 +89,41 @@ def _continued(lines: list[str]) -> str:
     return " \\\n    ".join(lines)
 
 
+def _checked(spec: ImageSpec, what: str, value: Any, check: Callable[[str], str | None]) -> str:
+    """The last guard before a value is written into the Dockerfile: the spec was checked on
+    load, but the lock is a file too, and hand edits reach render through it."""
+    text = str(value)
+    problem = grammar.control_characters(text) or check(text)
+    if problem:
+        raise SpecError(str(spec.lock_path), f"{text[:60]!r} {problem}", key=what)
+    return text
+
+
+def _label_value(spec: ImageSpec, key: str, value: str) -> str:
+    return json.dumps(_checked(spec, f"label {key}", value, grammar.label_value))
+
+
 def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
-    base = f"{lock['base']['image']}@{lock['base']['digest']}"
+    base = _checked(
+        spec, "base", f"{lock['base']['image']}@{lock['base']['digest']}", grammar.pinned_image
+    )
+    index = _checked(spec, "torch.index", lock["torch"]["index"], grammar.url)
     apt = ["ca-certificates", "python3", "python3-venv", *spec.apt]
     if spec.network == "infiniband":
         apt += INFINIBAND_APT
-    apt = sorted(set(apt))
-    pip_sources = ["--index-url", lock["torch"]["index"]]
-    if lock["torch"]["index"] != DEFAULT_INDEX:
+    apt = [shlex.quote(_checked(spec, "apt", name, grammar.apt_package)) for name in set(apt)]
+    apt = sorted(apt)
+    pip_sources = ["--index-url", shlex.quote(index)]
+    if index != DEFAULT_INDEX:
         pip_sources += ["--extra-index-url", DEFAULT_INDEX]
     copy_wheelhouse = ""
     if spec.wheelhouse:  # every locked wheel lies there (`image lock` fills it): no index
+        folder = _checked(spec, "wheelhouse", spec.wheelhouse, grammar.wheelhouse)
         pip_sources = ["--no-index", "--find-links", "/tmp/wheelhouse"]
-        copy_wheelhouse = f"COPY {spec.wheelhouse.rstrip('/')}/ /tmp/wheelhouse/\n"
+        copy_wheelhouse = f"COPY {folder.rstrip('/')}/ /tmp/wheelhouse/\n"
     label_lines = [
-        f"{key}={json.dumps(value)}" for key, value in sorted(labels(spec, lock).items())
+        f"{key}={_label_value(spec, key, value)}"
+        for key, value in sorted(labels(spec, lock).items())
     ]
     unpinned_apt = any("=" not in package for package in apt)
     apt_note = (

@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
-from clusterkit.errors import ConfigError
+from clusterkit.errors import SpecError
+from clusterkit.image import grammar
 
 SPEC_FILE = "image.yaml"
 LOCK_FILE = "image.lock.json"
@@ -24,9 +26,17 @@ REQUIREMENTS_FILE = "requirements.lock.txt"
 CONSTRAINTS_FILE = "constraints.txt"
 NETWORKS = ("socket", "infiniband")
 DEFAULT_INDEX = "https://pypi.org/simple"
-_VARIANT = re.compile(r"^(cpu|cu\d{3,4})$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_SIZE = re.compile(r"^\d+[kmg]?$", re.IGNORECASE)
+_VARIANT = re.compile(r"cpu|cu\d{3,4}")
+_SIZE = re.compile(r"\d{1,12}[kmg]?", re.IGNORECASE)
+MAX_SPEC_BYTES = 256 * 1024
+MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
+SPEC_KEYS = (
+    "name", "description", "repository", "source", "base", "python", "glibc", "torch",
+    "requirements", "apt", "wheelhouse", "network", "runtime", "tags", "created_epoch",
+)  # fmt: skip
+BASE_KEYS = ("image", "digest")
+TORCH_KEYS = ("version", "variant", "index", "nccl")
+RUNTIME_KEYS = ("shm_size", "ipc", "network", "memlock", "gpus")
 
 
 @dataclass(frozen=True)
@@ -104,99 +114,235 @@ def spec_directory(path: str | Path) -> Path:
     return path.parent if path.name == SPEC_FILE or path.suffix in (".yaml", ".yml") else path
 
 
-def _require(data: dict[str, Any], key: str, where: str, kind: type = str) -> Any:
-    value = data.get(key)
-    if value is None:
-        raise ConfigError(f"{where}: `{key}` is required")
-    if not isinstance(value, kind):
-        raise ConfigError(f"{where}: `{key}` must be a {kind.__name__}, got {value!r}")
-    return value
+class _Reader:
+    """The spec's mapping and the line of every key, so that each error names the file, the
+    key and the line. Every value is checked against its grammar before anything uses it."""
+
+    def __init__(self, where: str, data: dict[str, Any], lines: dict[str, int]) -> None:
+        self.where, self.data, self.lines = where, data, lines
+
+    def fail(self, key: str, message: str, *, hint: str | None = None) -> NoReturn:
+        line = self.lines.get(key) or self.lines.get(key.split("[")[0].split(".")[0])
+        raise SpecError(self.where, message, key=key, line=line, hint=hint)
+
+    def raw(self, key: str) -> Any:
+        section, _, name = key.rpartition(".")
+        holder = self.data if not section else self.data.get(section)
+        return holder.get(name) if isinstance(holder, dict) else None
+
+    def mapping(self, key: str, known: tuple[str, ...], *, required: bool) -> dict[str, Any]:
+        value = self.data.get(key)
+        if value is None and not required:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(key, "is required, a mapping" if value is None else "must be a mapping")
+        unknown = sorted(str(name) for name in value if name not in known)
+        if unknown:
+            self.fail(f"{key}.{unknown[0]}", f"unknown key (known: {', '.join(known)})", hint=None)
+        return value
+
+    def string(
+        self,
+        key: str,
+        check: Callable[[str], str | None] | None,
+        *,
+        required: bool = False,
+        default: str | None = None,
+    ) -> str | None:
+        value = self.raw(key)
+        if value is None:
+            if required:
+                self.fail(key, "is required")
+            return default
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            self.fail(
+                key,
+                f"must be a quoted string, got the number {value!r}",
+                hint=f'write it in quotes, e.g. "{value}": YAML reads 3.10 as 3.1',
+            )
+        if not isinstance(value, str):
+            self.fail(key, f"must be a string, got {type(value).__name__}")
+        return self.checked(key, value, check)
+
+    def checked(self, key: str, value: str, check: Callable[[str], str | None] | None) -> str:
+        problem = grammar.control_characters(value) or (check(value) if check else None)
+        if not value.strip():
+            problem = "is empty"
+        if problem:
+            self.fail(key, f"{_show(value)} {problem}")
+        return value
+
+    def strings(self, key: str, check: Callable[[str], str | None]) -> tuple[str, ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.fail(key, "must be a list of strings")
+        items = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                self.fail(f"{key}[{index}]", f"must be a string, got {type(item).__name__}")
+            items.append(self.checked(f"{key}[{index}]", item, check))
+        return tuple(items)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.string(key, None, default=default)
+        if value not in choices:
+            self.fail(key, f"{_show(value)} must be one of {', '.join(choices)}")
+        return str(value)
 
 
-def _string_list(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = data.get(key) or []
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"{where}: `{key}` must be a list of strings")
-    return tuple(value)
+def _show(value: Any, limit: int = 60) -> str:
+    """A value as it can be printed on one line: repr escapes newlines and escapes."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _runtime(data: Any, where: str) -> Runtime:
-    if data is None:
-        return Runtime()
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: `runtime` must be a mapping")
-    unknown = sorted(set(data) - {"shm_size", "ipc", "network", "memlock", "gpus"})
-    if unknown:
-        raise ConfigError(f"{where}: runtime: unknown keys {', '.join(unknown)}")
-    shm = data.get("shm_size", "16g")
-    if shm is not None and not _SIZE.match(str(shm)):
-        raise ConfigError(f"{where}: runtime.shm_size must look like 16g, got {shm!r}")
-    memlock = str(data.get("memlock", "unlimited"))
-    if memlock not in ("unlimited", "default"):
-        raise ConfigError(f"{where}: runtime.memlock must be unlimited or default")
+def _read_yaml(path: Path, where: str) -> tuple[Any, dict[str, int]]:
+    """The document and the line of each key (two levels deep, where spec values live).
+    Any unreadable, oversized, non-UTF-8 or malformed file is one SpecError."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
+    except FileNotFoundError:
+        raise SpecError(where, "no image spec there", hint="see docs/images.md") from None
+    except OSError as error:
+        raise SpecError(where, f"cannot read: {error.strerror or error}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(where, f"larger than {MAX_SPEC_BYTES // 1024} KiB: not an image spec")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(where, f"not UTF-8 (byte {error.start})") from None
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = yaml.SafeLoader(text)  # its reader already refuses unprintable characters
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = None if mark is None else mark.line + 1
+        problem = " ".join(str(error.problem or error.context or "malformed").split())
+        raise SpecError(where, f"not valid YAML: {problem}", line=line) from None
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as error:
+        detail = " ".join(str(error).split())[:200] or type(error).__name__
+        raise SpecError(where, f"not valid YAML: {detail}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, _key_lines(node, where)
+
+
+def _key_lines(node: Any, where: str) -> dict[str, int]:
+    """`key`, `key.sub` and `key[i]` -> line. A key given twice is an error: YAML would
+    silently keep the last one."""
+    lines: dict[str, int] = {}
+
+    def record(name: str, at: Any) -> None:
+        line = at.start_mark.line + 1
+        if name in lines:
+            raise SpecError(
+                where, f"given twice (lines {lines[name]} and {line})", key=name, line=line
+            )
+        lines[name] = line
+
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        record(key.value, key)
+        if isinstance(value, yaml.MappingNode):
+            for sub, _ in value.value:
+                if isinstance(sub, yaml.ScalarNode):
+                    record(f"{key.value}.{sub.value}", sub)
+        elif isinstance(value, yaml.SequenceNode):
+            for index, item in enumerate(value.value):
+                lines[f"{key.value}[{index}]"] = item.start_mark.line + 1
+    return lines
+
+
+def _runtime(spec: _Reader) -> Runtime:
+    section = spec.mapping("runtime", RUNTIME_KEYS, required=False)
+    shm = section.get("shm_size", "16g")
+    if isinstance(shm, bool) or (shm is not None and not _SIZE.fullmatch(str(shm))):
+        spec.fail("runtime.shm_size", f"{_show(shm)} must look like 16g")
+    memlock = spec.choice("runtime.memlock", ("unlimited", "default"), "unlimited")
+    gpus = section.get("gpus", "all")
+    if isinstance(gpus, int) and not isinstance(gpus, bool):
+        gpus = str(gpus)
     return Runtime(
         shm_size=None if shm is None else str(shm),
-        ipc_host=data.get("ipc", "private") == "host",
-        network_host=data.get("network", "host") == "host",
+        ipc_host=spec.choice("runtime.ipc", ("private", "host"), "private") == "host",
+        network_host=spec.choice("runtime.network", ("host", "bridge"), "host") == "host",
         memlock_unlimited=memlock == "unlimited",
-        gpus=data.get("gpus", "all"),
+        gpus=None if gpus is None else spec.checked("runtime.gpus", str(gpus), grammar.gpus),
     )
 
 
+def _python(spec: _Reader) -> str:
+    python = spec.string("python", None, required=True)
+    if not re.fullmatch(r"3\.\d{1,2}", str(python)):
+        spec.fail("python", f'{_show(python)} must be like "3.11" (the base\'s python3)')
+    return str(python)
+
+
+def _glibc(spec: _Reader) -> str:
+    glibc = str(spec.string("glibc", None, default="2.28"))
+    match = re.fullmatch(r"2\.(\d{1,3})", glibc)
+    if not match or int(match.group(1)) < 5:
+        spec.fail("glibc", f"{_show(glibc)} must be the base's glibc, 2.x with x >= 5 (e.g. 2.35)")
+    return glibc
+
+
+def _created_epoch(spec: _Reader) -> int:
+    value = spec.raw("created_epoch")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        spec.fail("created_epoch", f"{_show(value)} must be whole seconds since 1970 (UTC)")
+    if not 0 <= value <= MAX_EPOCH:
+        spec.fail("created_epoch", f"{value} must lie between 0 and {MAX_EPOCH} (year 9999)")
+    return value
+
+
 def load_spec(path: str | Path) -> ImageSpec:
-    """Read and validate a spec; every error names the file and the key."""
+    """Read and validate a spec; every error names the file, the key and its line."""
     directory = spec_directory(path)
     where = str(directory / SPEC_FILE)
-    try:
-        data = yaml.safe_load((directory / SPEC_FILE).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: no image spec there", hint="see docs/images.md") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{where}: not valid YAML: {error}") from None
+    data, lines = _read_yaml(directory / SPEC_FILE, where)
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: the spec must be a mapping")
-    base = _require(data, "base", where, dict)
-    torch = _require(data, "torch", where, dict)
-    base_image = _require(base, "image", f"{where}: base")
-    if "@" in base_image:
-        raise ConfigError(f"{where}: base.image takes repo:tag; put the digest in base.digest")
-    digest = base.get("digest")
-    if digest is not None and not _DIGEST.match(str(digest)):
-        raise ConfigError(f"{where}: base.digest must be sha256:<64 hex>, got {digest!r}")
-    variant = str(torch.get("variant", "cpu"))
-    if not _VARIANT.match(variant):
-        raise ConfigError(f"{where}: torch.variant must be cpu or cuXYZ, got {variant!r}")
-    network = str(data.get("network", "socket"))
-    if network not in NETWORKS:
-        raise ConfigError(f"{where}: network must be one of {', '.join(NETWORKS)}")
-    python = str(_require(data, "python", where, (str, float)))
-    if not re.match(r"^3\.\d+$", python):
-        raise ConfigError(f"{where}: python must be like 3.11, got {python!r}")
-    wheelhouse = data.get("wheelhouse")
-    if wheelhouse is not None and (Path(str(wheelhouse)).is_absolute() or ".." in str(wheelhouse)):
-        raise ConfigError(f"{where}: wheelhouse must be a directory inside the spec folder")
-    nccl = torch.get("nccl")
+        raise SpecError(where, "the spec must be a mapping")
+    spec = _Reader(where, data, lines)
+    unknown = sorted(str(key) for key in data if key not in SPEC_KEYS)
+    if unknown:
+        spec.fail(unknown[0], f"unknown key (known: {', '.join(SPEC_KEYS)})")
+    spec.mapping("base", BASE_KEYS, required=True)
+    spec.mapping("torch", TORCH_KEYS, required=True)
+    variant = spec.string("torch.variant", None, default="cpu")
+    if not _VARIANT.fullmatch(str(variant)):
+        spec.fail("torch.variant", f"{_show(variant)} must be cpu or cuXYZ (e.g. cu124)")
     return ImageSpec(
-        name=_require(data, "name", where),
+        name=str(spec.string("name", grammar.image_name, required=True)),
         directory=directory,
-        repository=_require(data, "repository", where),
-        base_image=base_image,
-        base_digest=digest,
-        python=python,
-        torch_version=str(_require(torch, "version", f"{where}: torch", (str, float))),
-        torch_variant=variant,
-        torch_index=str(torch.get("index", DEFAULT_INDEX)),
-        nccl=None if nccl is None else str(nccl),
-        requirements=_string_list(data, "requirements", where),
-        apt=_string_list(data, "apt", where),
-        network=network,
-        runtime=_runtime(data.get("runtime"), where),
-        wheelhouse=None if wheelhouse is None else str(wheelhouse),
-        glibc=str(data.get("glibc", "2.28")),
-        tags=_string_list(data, "tags", where),
-        source=data.get("source"),
-        description=data.get("description"),
-        created_epoch=int(data.get("created_epoch", 0)),
+        repository=str(spec.string("repository", grammar.repository, required=True)),
+        base_image=str(spec.string("base.image", grammar.tagged_image, required=True)),
+        base_digest=spec.string("base.digest", grammar.digest_reference),
+        python=_python(spec),
+        torch_version=str(spec.string("torch.version", grammar.version, required=True)),
+        torch_variant=str(variant),
+        torch_index=str(spec.string("torch.index", grammar.url, default=DEFAULT_INDEX)),
+        nccl=spec.string("torch.nccl", grammar.nccl_version),
+        requirements=spec.strings("requirements", grammar.requirement),
+        apt=spec.strings("apt", grammar.apt_package),
+        network=spec.choice("network", NETWORKS, "socket"),
+        runtime=_runtime(spec),
+        wheelhouse=spec.string("wheelhouse", grammar.wheelhouse),
+        glibc=_glibc(spec),
+        tags=spec.strings("tags", grammar.tag),
+        source=spec.string("source", grammar.url),
+        description=spec.string("description", grammar.text),
+        created_epoch=_created_epoch(spec),
     )
 
 

@@ -140,24 +140,23 @@ def test_dockerfile_pins_base_hashes_constraints_and_labels(cuda_spec):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (("variant: cu124", "variant: rocm"), "torch.variant"),
-        (("image: nvidia/cuda:12.4.1-base-ubuntu22.04", "image: a@sha256:00"), "base.image"),
-        (('python: "3.10"', 'python: "three"'), "python must be"),
-        (("network: infiniband", "network: carrier-pigeon"), "network must be"),
-        (("shm_size", "shm_bytes"), "runtime: unknown keys shm_bytes"),
+        (("variant: cu124", "variant: rocm"), "torch.variant: 'rocm' must be"),
+        (("image: nvidia/cuda:12.4.1-base-ubuntu22.04", "image: a@sha256:00"), "base.image: "),
+        (('python: "3.10"', 'python: "three"'), "python: 'three' must be"),
+        (("network: infiniband", "network: carrier-pigeon"), "network: 'carrier-pigeon' must"),
+        (("  ipc: host", "  ipc: host\n  shm_bytes: 1"), "runtime.shm_bytes: unknown key"),
     ],
 )
-def test_bad_specs_name_the_file_and_key(tmp_path: Path, edit, message):
+def test_bad_specs_name_the_file_line_and_key(tmp_path: Path, edit, message):
     text = (IMAGES / "train-cu124" / "image.yaml").read_text()
-    if edit[0] == "shm_size":
-        text = text.replace("  ipc: host", "  ipc: host\n  shm_bytes: 1")
-    else:
-        assert edit[0] in text
-        text = text.replace(edit[0], edit[1])
+    assert edit[0] in text
+    text = text.replace(edit[0], edit[1])
+    marker = edit[1].splitlines()[-1].strip()
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if marker in row)
     (tmp_path / "image.yaml").write_text(text)
-    with pytest.raises(ConfigError, match=message) as error:
+    with pytest.raises(ConfigError) as error:
         load_spec(tmp_path)
-    assert str(tmp_path / "image.yaml") in str(error.value)
+    assert str(error.value).startswith(f"{tmp_path / 'image.yaml'}:{line}: {message}")
 
 
 def test_spec_hash_ignores_location_but_not_content(tmp_path: Path):
