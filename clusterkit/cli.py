@@ -96,6 +96,30 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_inventory_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+    """The inventory: a positional source and/or -i sources, merged in order like Ansible."""
+    parser.add_argument(
+        "inventory",
+        nargs="?",
+        help=f"Ansible inventory: YAML or INI file, or a directory {default}",
+    )
+    group = parser.add_argument_group("inventory")
+    group.add_argument(
+        "-i",
+        "--inventory",
+        dest="inventory_sources",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="another inventory source (repeatable; read after the positional one, in order)",
+    )
+    group.add_argument(
+        "--inventory-via-ansible",
+        action="store_true",
+        help="resolve the inventory with ansible-inventory instead of the built-in readers",
+    )
+
+
 def _add_report_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("report")
     group.add_argument("--format", choices=FORMATS, default="text", help="output format")
@@ -111,7 +135,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         description="Probe every node of an Ansible inventory and check parity, health, "
         "network paths and all-reduce bandwidth. Without an inventory, checks this machine.",
     )
-    parser.add_argument("inventory", nargs="?", help="Ansible YAML inventory (default: localhost)")
+    _add_inventory_arguments(parser, "(default: this machine)")
     parser.add_argument(
         "--skip",
         type=_stage_list,
@@ -155,9 +179,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="all-reduce bandwidth test on every node (nccl-tests compatible output)",
     )
-    parser.add_argument(
-        "inventory", nargs="?", help="Ansible YAML inventory (default: this machine)"
-    )
+    _add_inventory_arguments(parser, "(default: this machine)")
     sweep = parser.add_argument_group("sweep (nccl-tests all_reduce_perf flags)")
     sweep.add_argument("-b", "--minbytes", default="1M", help="smallest size (default 1M)")
     sweep.add_argument("-e", "--maxbytes", default="64M", help="largest size (default 64M)")

@@ -22,12 +22,20 @@ from clusterkit.transport.endpoint import ConnectOptions
 
 def load_target(args: argparse.Namespace) -> Inventory:
     """The inventory named on the command line (limited), or this machine."""
-    inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
+    sources = inventory_sources(args)
+    via_ansible = getattr(args, "inventory_via_ansible", False)
+    inventory = load_inventory(sources, via_ansible=via_ansible) if sources else local_inventory()
     for warning in inventory.warnings:  # keys Ansible would also ignore: say so, once
         print(f"clusterkit: warning: {warning}", file=sys.stderr)
     if getattr(args, "limit", None):
         inventory = select_hosts(inventory, args.limit)
     return inventory
+
+
+def inventory_sources(args: argparse.Namespace) -> list[str]:
+    """The positional inventory, then every -i source, in the order given."""
+    positional = [args.inventory] if getattr(args, "inventory", None) else []
+    return positional + list(getattr(args, "inventory_sources", None) or [])
 
 
 def connect_options(args: argparse.Namespace) -> ConnectOptions:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from clusterkit.errors import InventoryError
 from clusterkit.inventory.hostpatterns import HostPatternError, expand_host_key
@@ -50,6 +50,7 @@ class GroupNode:
 @dataclass
 class HostNode:
     name: str
+    origin: Origin  # where the host is first defined
     vars: VarLayer = field(default_factory=VarLayer)
     direct_groups: list[str] = field(default_factory=list)
 
@@ -97,7 +98,10 @@ def _line_lookup(mapping: Mapping[Any, Any], default: int | None) -> Callable[[A
     return lambda _key: default
 
 
-class _Builder:
+class GraphBuilder:
+    """Adds the groups, hosts and variables of one or more sources to one graph, as Ansible's
+    inventory does; `path` is the source being read (errors and origins name it)."""
+
     def __init__(self, path: str) -> None:
         self.graph = InventoryGraph(path)
         self.path = path
@@ -105,8 +109,38 @@ class _Builder:
         self._add_group("ungrouped")
         self._add_child("all", "ungrouped", None)
 
-    def error(self, message: str, line: int | None, key: str | None = None, **kw: Any) -> None:
+    def error(self, message: str, line: int | None, key: str | None = None, **kw: Any) -> NoReturn:
         raise InventoryError(self.path, message, line=line, key=key, **kw)
+
+    def add_group(self, name: str) -> GroupNode:
+        return self._add_group(name)
+
+    def add_child(self, parent: str, child: str, line: int | None) -> None:
+        self._add_child(parent, child, line)
+
+    def add_host(self, group: str, name: str, port: int | None, line: int | None) -> HostNode:
+        """The host (created on first sight, when `port` applies), now also in `group`."""
+        if not name:
+            self.error("empty host name", line)
+        host = self.graph.hosts.get(name)
+        if host is None:
+            host = self.graph.hosts[name] = HostNode(name, (self.path, line))
+            if port:
+                host.vars.set("ansible_port", port, (self.path, line))
+        if group not in host.direct_groups:
+            host.direct_groups.append(group)
+        return host
+
+    def set_group_var(self, group: GroupNode, var: str, value: Any, line: int | None) -> None:
+        if var == "ansible_group_priority":
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                self.error("must be an integer", line, key=var)
+            try:
+                group.priority = int(value)
+            except ValueError:
+                self.error(f"must be an integer, got {value!r}", line, key=var)
+            return
+        group.vars.set(var, value, (self.path, line))
 
     def _add_group(self, name: str) -> GroupNode:
         node = self.graph.groups.get(name)
@@ -190,15 +224,7 @@ class _Builder:
             line = lines(var)
             if not isinstance(var, str):
                 self.error(f"variable name {var!r} must be a string", line)
-            if var == "ansible_group_priority":
-                if isinstance(value, bool) or not isinstance(value, (int, str)):
-                    self.error("must be an integer", line, key=var)
-                try:
-                    group.priority = int(value)
-                except ValueError:
-                    self.error(f"must be an integer, got {value!r}", line, key=var)
-                continue
-            group.vars.set(var, value, (self.path, line))
+            self.set_group_var(group, var, value, line)
 
     def _parse_host(self, group: str, key: Any, host_vars: Any, line: int | None) -> None:
         if not isinstance(key, str):
@@ -216,13 +242,7 @@ class _Builder:
         for name in names:
             if not name:
                 self.error("empty host name", line, key=key)
-            host = self.graph.hosts.get(name)
-            if host is None:
-                host = self.graph.hosts[name] = HostNode(name)
-                if port:
-                    host.vars.set("ansible_port", port, (self.path, line))
-            if group not in host.direct_groups:
-                host.direct_groups.append(group)
+            host = self.add_host(group, name, port, line)
             for var, value in (host_vars or {}).items():
                 if not isinstance(var, str):
                     self.error(f"variable name {var!r} must be a string", line, key=key)
@@ -258,6 +278,13 @@ class _Builder:
 
 def build_graph(path: str, data: Any) -> InventoryGraph:
     """The inventory graph of one parsed YAML document, or an InventoryError."""
+    builder = GraphBuilder(path)
+    add_yaml_source(builder, path, data)
+    return builder.reconcile()
+
+
+def add_yaml_source(builder: GraphBuilder, path: str, data: Any) -> None:
+    """Add one parsed YAML inventory document to the graph, or raise an InventoryError."""
     hint = "convert other formats with: ansible-inventory -i FILE --list --yaml > inventory.yaml"
     if not data:
         raise InventoryError(path, "not a YAML inventory: the file is empty")
@@ -278,8 +305,7 @@ def build_graph(path: str, data: Any) -> InventoryGraph:
             key="plugin",
             hint=hint,
         )
-    builder = _Builder(path)
+    builder.path = path
     for name, group_data in data.items():
         line = data.line_of(name) if isinstance(data, LineMap) else None
         builder.parse_group(name, group_data, line, top_level=True)
-    return builder.reconcile()

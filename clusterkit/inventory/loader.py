@@ -1,4 +1,7 @@
-"""load_inventory(): an Ansible YAML inventory file -> Inventory, with Ansible's precedence.
+"""load_inventory(): Ansible inventory sources -> Inventory, with Ansible's precedence.
+
+Sources (YAML or INI files, directories of them, several in order) are read natively into one
+graph; anything only Ansible can resolve goes, with all the sources, through ansible-inventory.
 
 Per host, variables merge like Ansible's VariableManager: `all` group vars from the inventory,
 then the host's other groups (by depth, ansible_group_priority, name), then group_vars/all,
@@ -10,36 +13,62 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from clusterkit.errors import InventoryError
 from clusterkit.inventory.connection import connection_fields
-from clusterkit.inventory.graph import InventoryGraph, Origin, VarLayer, build_graph
+from clusterkit.inventory.graph import GraphBuilder, InventoryGraph, Origin, VarLayer
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
 from clusterkit.inventory.settings import VARIABLE, parse_settings
+from clusterkit.inventory.sources import NeedsAnsible, add_source, vars_base_dir
 from clusterkit.inventory.varsfiles import VarsDirectory
-from clusterkit.inventory.yamlfile import load_yaml, read_text
+from clusterkit.inventory.viaansible import add_listing, list_with_ansible
 
 
-def load_inventory(path: str | os.PathLike[str]) -> Inventory:
-    """Read one YAML inventory file (and group_vars/ host_vars/ beside it)."""
-    path = os.fspath(path)
+def load_inventory(
+    sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    via_ansible: bool = False,
+) -> Inventory:
+    """Read inventory sources in order (group_vars/ and host_vars/ beside each included);
+    `via_ansible` resolves them all with ansible-inventory instead of the native readers."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    paths = [os.fspath(source) for source in sources]
+    if not paths:
+        raise InventoryError("<inventory>", "no inventory source given")
+    where = paths[0] if len(paths) == 1 else ", ".join(paths)
     try:
-        return _load(path)
+        return _load(paths, via_ansible)
     except InventoryError:
         raise
     except RecursionError:
-        raise InventoryError(path, "nesting too deep to read") from None
+        raise InventoryError(where, "nesting too deep to read") from None
     except OSError as exc:
-        where = exc.filename or path
-        raise InventoryError(str(where), f"cannot read: {exc.strerror or exc}") from None
+        target = exc.filename or where
+        raise InventoryError(str(target), f"cannot read: {exc.strerror or exc}") from None
 
 
-def _load(path: str) -> Inventory:
-    graph = build_graph(path, load_yaml(path, read_text(path)))
+def _load(paths: list[str], via_ansible: bool) -> Inventory:
+    where = paths[0] if len(paths) == 1 else ", ".join(paths)
+    builder = GraphBuilder(where)
+    base_dirs = [vars_base_dir(path) for path in paths]
+    try:
+        if via_ansible:
+            raise NeedsAnsible(where, "--inventory-via-ansible")
+        for path in paths:
+            add_source(builder, path)
+    except NeedsAnsible as needs:
+        builder = GraphBuilder(where)
+        add_listing(builder, list_with_ansible(paths, needs))
+        base_dirs = []  # Ansible's listing already holds the vars files' variables
+    builder.path = where
+    graph = builder.reconcile()
+    path = where
     if not graph.hosts:
         raise InventoryError(path, "the inventory defines no hosts")
-    resolver = _VarsResolver(graph, os.path.dirname(os.path.realpath(path)))
+    resolver = _VarsResolver(graph, base_dirs)
     hosts: list[Host] = []
     settings_source: tuple[str, Any, Origin] | None = None
     for name in graph.hosts:
@@ -70,10 +99,11 @@ def _load(path: str) -> Inventory:
 class _VarsResolver:
     """Merges each host's variables; group layers are shared by hosts with the same groups."""
 
-    def __init__(self, graph: InventoryGraph, base_dir: str) -> None:
+    def __init__(self, graph: InventoryGraph, base_dirs: list[str]) -> None:
         self.graph = graph
-        self.group_files = VarsDirectory(base_dir, "group_vars")
-        self.host_files = VarsDirectory(base_dir, "host_vars")
+        unique = list(dict.fromkeys(base_dirs))  # a directory read twice changes nothing
+        self.group_files = [VarsDirectory(base, "group_vars") for base in unique]
+        self.host_files = [VarsDirectory(base, "host_vars") for base in unique]
         self._group_cache: dict[frozenset[str], tuple[VarLayer, tuple[str, ...]]] = {}
 
     def host_vars(self, name: str) -> tuple[dict[str, Any], dict[str, Origin], tuple[str, ...]]:
@@ -82,8 +112,9 @@ class _VarsResolver:
         merged = VarLayer(dict(group_layer.values), dict(group_layer.origins))
         merged.values.update(node.vars.values)
         merged.origins.update(node.vars.origins)
-        for file_path, data in self.host_files.files_for(name):
-            merged.update_from(file_path, data)
+        for directory in self.host_files:  # source by source, as Ansible's vars plugin
+            for file_path, data in directory.files_for(name):
+                merged.update_from(file_path, data)
         return merged.values, merged.origins, groups
 
     def _groups_layer(self, groups: frozenset[str]) -> tuple[VarLayer, tuple[str, ...]]:
@@ -95,9 +126,14 @@ class _VarsResolver:
             for group in ("all", *ordered):
                 layer.values.update(graph.groups[group].vars.values)
                 layer.origins.update(graph.groups[group].vars.origins)
-            for group in ("all", *ordered):
-                for file_path, data in self.group_files.files_for(group):
-                    layer.update_from(file_path, data)
+            for group in ("all",):
+                for directory in self.group_files:
+                    for file_path, data in directory.files_for(group):
+                        layer.update_from(file_path, data)
+            for directory in self.group_files:  # source by source, then group by group
+                for group in ordered:
+                    for file_path, data in directory.files_for(group):
+                        layer.update_from(file_path, data)
             cached = self._group_cache[groups] = (layer, ("all", *ordered))
         return cached
 

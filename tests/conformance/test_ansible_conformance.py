@@ -36,8 +36,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def ansible_inventory(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run the real ansible-inventory on one file: yaml plugin only, failures are failures."""
+def ansible_inventory(
+    path: Path | list[Path], tmp_path: Path, enabled: str = "yaml"
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ansible-inventory on the sources: only the `enabled` plugins (yaml by
+    default), failures are failures."""
+    paths = path if isinstance(path, list) else [path]
     config = tmp_path / "ansible.cfg"  # an empty config: no user or system settings leak in
     config.write_text("[defaults]\n")
     env = dict(
@@ -46,13 +50,13 @@ def ansible_inventory(path: Path, tmp_path: Path) -> subprocess.CompletedProcess
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
         ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
         ANSIBLE_INVENTORY_UNPARSED_FAILED="True",
-        ANSIBLE_INVENTORY_ENABLED="yaml",
+        ANSIBLE_INVENTORY_ENABLED=enabled,
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_CONFIG=str(config),
     )
     assert ANSIBLE_INVENTORY is not None
     return subprocess.run(
-        [ANSIBLE_INVENTORY, "-i", str(path), "--list"],
+        [ANSIBLE_INVENTORY, *(arg for p in paths for arg in ("-i", str(p))), "--list"],
         capture_output=True,
         text=True,
         env=env,
@@ -91,13 +95,20 @@ def _expected_connection(name: str, hostvars: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.parent.name if p.parent != REPO else p.name)
 def test_same_hosts_groups_and_vars_as_ansible(path: Path, tmp_path: Path) -> None:
-    result = ansible_inventory(path, tmp_path)
+    assert_same_as_ansible([path], tmp_path, "yaml")
+
+
+def assert_same_as_ansible(
+    paths: list[Path], tmp_path: Path, enabled: str, via_ansible: bool = False
+) -> None:
+    """Hosts, groups, every variable and the connection agree with ansible-inventory."""
+    result = ansible_inventory(paths, tmp_path, enabled)
     assert result.returncode == 0, result.stderr
     listing = json.loads(result.stdout)
     hostvars = listing.pop("_meta")["hostvars"]
     groups = list(listing)
 
-    inventory = load_inventory(path)
+    inventory = load_inventory(paths, via_ansible=via_ansible)
 
     all_hosts = _members(listing, "all")
     assert {host.name for host in inventory.hosts} == all_hosts
@@ -128,3 +139,37 @@ def test_both_refuse_malformed_inventories(path: Path, tmp_path: Path) -> None:
         load_inventory(path)
     assert str(path) in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+STYLES = FIXTURES / "styles"
+NATIVE = {
+    "ini-rules": [FIXTURES / "ini" / "rules.ini"],
+    "kubespray": [STYLES / "kubespray" / "inventory.ini"],
+    "deepops": [STYLES / "deepops" / "inventory"],
+    "kolla-ansible": [STYLES / "kolla" / "multinode"],
+    "k3s-ansible-ini": [STYLES / "k3s" / "hosts.ini"],
+    "k3s-ansible-yaml": [STYLES / "k3s" / "inventory.yml"],
+    "k3s-directory": [STYLES / "k3s"],
+    "stackhpc-two-directories": [STYLES / "stackhpc" / "common", STYLES / "stackhpc" / "site"],
+    "yaml-then-ini": [FIXTURES / "precedence" / "inventory.yaml", STYLES / "kubespray"],
+    "ini-then-yaml-same-hosts": [STYLES / "k3s" / "hosts.ini", STYLES / "k3s" / "inventory.yml"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(NATIVE))
+def test_ini_directories_and_several_sources_like_ansible(name: str, tmp_path: Path) -> None:
+    assert_same_as_ansible(NATIVE[name], tmp_path, "yaml,ini")
+
+
+INVALID_INI = sorted((FIXTURES / "invalid-ini").glob("*.ini"))
+
+
+@pytest.mark.parametrize("path", INVALID_INI, ids=lambda p: p.stem)
+def test_both_refuse_malformed_ini_inventories(path: Path, tmp_path: Path) -> None:
+    result = ansible_inventory(path, tmp_path, "yaml,ini")
+    assert result.returncode != 0, f"ansible-inventory accepted {path.name}"
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:"), message
+    assert "\n" not in message

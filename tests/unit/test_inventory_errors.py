@@ -33,12 +33,10 @@ def error_for(tmp_path: Path, text: str | bytes) -> str:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("", ": not a YAML inventory: the file is empty"),
-        ("# only a comment\n", ": not a YAML inventory: the file is empty"),
-        ("{}\n", ": not a YAML inventory: the file is empty"),
+        ("", ": the inventory defines no hosts"),
+        ("# only a comment\n", ": the inventory defines no hosts"),
         ("- a\n- b\n", ":1: not a YAML inventory: the top level is a list"),
         ("just text\n", ":1: not a YAML inventory: the top level is a str"),
-        ("plugin: aws_ec2\nregions: [x]\n", ":1: plugin: not a YAML inventory"),
         ("all:\n  hosts:\n    123:\n", ":3: host name 123 must be a string; quote it"),
         ("all:\n  hosts:\n    1.5:\n", ":3: host name 1.5 must be a string; quote it"),
         ("all:\n  hosts:\n    yes:\n", ":3: host name True must be a string; quote it"),
@@ -87,8 +85,19 @@ def test_missing_file(tmp_path: Path) -> None:
         load_inventory(missing)
 
 
-def test_directory_instead_of_a_file(tmp_path: Path) -> None:
-    with pytest.raises(InventoryError, match="is a directory"):
+def test_plugin_config_without_ansible_names_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    message = error_for(tmp_path, "# aws\nplugin: aws_ec2\nregions: [x]\n")
+    assert message.startswith(":2: an inventory plugin configuration: resolving it needs")
+    assert "ansible-inventory, which is not installed" in message
+    assert "pip install ansible-core" in message
+
+
+def test_a_directory_without_inventory_files_defines_no_hosts(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("all:\n  hosts:\n    a:\n")  # skipped, as by Ansible
+    with pytest.raises(InventoryError, match="defines no hosts"):
         load_inventory(tmp_path)
 
 
@@ -142,3 +151,27 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert result.stderr.strip().count("\n") == 0
     assert "Traceback" not in result.stderr
     assert f"{path}:3: host name 123 must be a string; quote it" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("inventory.yaml", "just text\n", ":1: not a YAML inventory: the top level is a str"),
+        ("inventory.yaml", "[web]\nweb1 x\n", ":2: expected key=value after the host name"),
+        ("hosts", "all:\n  hosts:\n    a: b: 1\n", ":3: invalid YAML: mapping values are not"),
+        ("hosts.ini", "[web]\nweb1\n[web:vars]\nnovalue\n", ":4: expected key=value in [web:vars]"),
+        ("hosts.ini", "[web]\n  node[3:1]\n", ":2: node[3:1]: host range [3:1]"),
+    ],
+)
+def test_neither_yaml_nor_ini_names_the_likelier_reading(
+    tmp_path: Path, name: str, text: str, expected: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}{expected}"), message
+    assert "\n" not in message
+    if name != "hosts.ini":
+        assert "(nor is it" in message
