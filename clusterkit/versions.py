@@ -78,6 +78,9 @@ class DriverRequirement:
     cuda: str
     full: str | None  # below this: minor-version compatibility only (warn)
     floor: str | None  # below this: the CUDA build cannot run (fail)
+    # Why the requirement is incomplete (a CUDA release or major the table does not list),
+    # or None when the table knows this release.
+    unknown: str | None = None
 
 
 def driver_requirement(cuda: str) -> DriverRequirement:
@@ -85,11 +88,13 @@ def driver_requirement(cuda: str) -> DriverRequirement:
     table = _table("cuda_driver.json")
     parts = parse_version(cuda) or ()
     minor = ".".join(str(p) for p in parts[:2])
-    releases = table["min_driver"].get(minor, {})
+    releases = table["min_driver"].get(minor)
+    floor = table["floor"].get(str(parts[0])) if parts else None
+    unknown = None
+    if releases is None or floor is None:
+        unknown = f"CUDA {cuda} is not in the table (dated {table.get('date', 'undated')})"
     return DriverRequirement(
-        cuda=cuda,
-        full=releases.get("GA"),
-        floor=table["floor"].get(str(parts[0])) if parts else None,
+        cuda=cuda, full=(releases or {}).get("GA"), floor=floor, unknown=unknown
     )
 
 

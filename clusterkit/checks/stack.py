@@ -8,7 +8,13 @@ from typing import Any
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, nccl_version, section
 from clusterkit.inventory.model import Expectations
-from clusterkit.versions import Constraint, compare, driver_requirement, parse_version
+from clusterkit.versions import (
+    Constraint,
+    DriverRequirement,
+    compare,
+    driver_requirement,
+    parse_version,
+)
 
 Remedy = Callable[[str, list[str]], "str | None"]
 
@@ -65,24 +71,32 @@ def _pin(check_id, what, wanted, values, ok, tag, remedy) -> Finding:
 
 
 def _cuda_pin(facts: Facts, wanted: str) -> Finding:
-    """The pinned CUDA must be torch's build and must be supported by each driver."""
+    """The pin names the CUDA version of torch's build (torch.version.cuda). A host passes
+    when its torch is a CUDA build matching the pin and its driver can run that build as
+    compat.driver-cuda judges: minor-version and forward compatibility count as running
+    (compat.driver-cuda warns about them); a driver that cannot run it fails the pin too."""
     constraint = Constraint(wanted)
     bad: dict[str, str] = {}
     for host, f in facts.items():
-        torch_cuda = section(f, "torch").get("cuda")
-        supported = section(f, "gpus").get("cuda_driver")
+        torch = section(f, "torch")
+        torch_cuda = torch.get("cuda")
+        driver = section(f, "gpus").get("driver")
         if torch_cuda is not None and not constraint.matches(torch_cuda):
             bad[host] = f"torch built for CUDA {torch_cuda}"
-        elif torch_cuda is None and section(f, "torch").get("present"):
-            bad[host] = "torch is a CPU build"
-        elif supported and compare(supported, wanted.lstrip("=<>~!")) < 0:
-            bad[host] = f"driver supports CUDA up to {supported}"
+        elif torch_cuda is None:
+            bad[host] = "torch is a CPU build" if torch.get("present") else "no torch"
+        elif driver:
+            status, why = driver_verdict(
+                driver, driver_requirement(torch_cuda), torch.get("cuda_available")
+            )
+            if status is Status.FAIL:
+                bad[host] = why
     described = "; ".join(f"{h}: {why}" for h, why in bad.items())
     return over_hosts(
         "expect.cuda",
         bad,
         list(facts),
-        ok=f"CUDA {wanted} on every host",
+        ok=f"torch's CUDA build matches {wanted} and the driver runs it on every host",
         failed=f"CUDA {wanted} expected: {described}",
         expected=wanted,
     )
@@ -133,22 +147,43 @@ def torch_findings(facts: Facts) -> list[Finding]:
     return findings
 
 
+def driver_verdict(
+    driver: str, need: DriverRequirement, cuda_available: bool | None
+) -> tuple[Status, str]:
+    """Whether `driver` runs the CUDA build `need` describes, by NVIDIA's rules. What torch
+    saw decides below the floor: a data-center driver with the cuda-compat package (NGC
+    images) runs a newer CUDA through forward compatibility, and torch then reports CUDA
+    available. The image stage and the expect.cuda pin use the same rules."""
+    cuda = need.cuda
+    if need.floor and compare(driver, need.floor) < 0:
+        if cuda_available:
+            return Status.WARN, (
+                f"driver {driver} < {need.floor}: CUDA {cuda} runs only through forward "
+                "compatibility (cuda-compat package; data-center GPUs only)"
+            )
+        seen = " (torch: CUDA not available)" if cuda_available is False else ""
+        return Status.FAIL, f"driver {driver} < {need.floor} (CUDA {cuda} cannot run){seen}"
+    if need.full and compare(driver, need.full) < 0:
+        return Status.WARN, (f"driver {driver} < {need.full} (minor-version compatibility only)")
+    if need.unknown:
+        return Status.WARN, need.unknown + ": the driver's support is not known"
+    return Status.OK, ""
+
+
 def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
     """Each node's driver against the CUDA its torch was built for (NVIDIA's table)."""
-    too_old: dict[str, str] = {}
-    limited: dict[str, str] = {}
+    verdicts: dict[Status, dict[str, str]] = {Status.FAIL: {}, Status.WARN: {}}
     checked: list[str] = []
     for host, f in facts.items():
         driver = section(f, "gpus").get("driver")
-        cuda = section(f, "torch").get("cuda")
+        torch = section(f, "torch")
+        cuda = torch.get("cuda")
         if not driver or not cuda or not parse_version(cuda):
             continue
         checked.append(host)
-        need = driver_requirement(cuda)
-        if need.floor and compare(driver, need.floor) < 0:
-            too_old[host] = f"driver {driver} < {need.floor} (CUDA {cuda} cannot run)"
-        elif need.full and compare(driver, need.full) < 0:
-            limited[host] = f"driver {driver} < {need.full} (minor-version compatibility only)"
+        status, why = driver_verdict(driver, driver_requirement(cuda), torch.get("cuda_available"))
+        if status in verdicts:
+            verdicts[status][host] = why
     if not checked:
         return [
             Finding(
@@ -157,6 +192,7 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
                 "no host has both an NVIDIA driver and a CUDA build of torch",
             )
         ]
+    too_old, warned = verdicts[Status.FAIL], verdicts[Status.WARN]
     if too_old:
         return [
             Finding(
@@ -168,15 +204,15 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
                 remedy=remedy("nvidia", list(too_old)),
             )
         ]
-    if limited:
+    if warned:
         return [
             Finding(
                 "compat.driver-cuda",
                 Status.WARN,
-                "driver below full compatibility: " + _describe(limited),
-                hosts=list(limited),
-                found=limited,
-                remedy=remedy("nvidia", list(limited)),
+                "driver below full compatibility: " + _describe(warned),
+                hosts=list(warned),
+                found=warned,
+                remedy=remedy("nvidia", list(warned)),
             )
         ]
     return [

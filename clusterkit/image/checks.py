@@ -13,9 +13,10 @@ from collections import defaultdict
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.stack import driver_verdict
 from clusterkit.image.render import LABEL_PREFIX, SPEC_HASH_LABEL
 from clusterkit.inventory.model import ClusterSettings
-from clusterkit.versions import DriverRequirement, compare
+from clusterkit.versions import DriverRequirement
 
 STAGE = "image"
 MIN_SHM_BYTES = 1 << 30  # NCCL's shared-memory transport fails on docker's 64 MiB default
@@ -193,39 +194,30 @@ def _requirement(facts: dict[str, Any]) -> DriverRequirement | None:
 def _drivers(
     present: dict[str, dict[str, Any]], driver_by_host: dict[str, str | None]
 ) -> list[Finding]:
+    """The image's CUDA against each node's driver, by the rules compat.driver-cuda uses:
+    below the floor fails unless torch inside the container saw CUDA (forward
+    compatibility through the image's cuda-compat package), which warns."""
     out = []
     for host, facts in sorted(present.items()):
         requirement = _requirement(facts)
         driver = driver_by_host.get(host)
         if requirement is None or driver is None:
             continue
-        assert requirement.full is not None and requirement.floor is not None
-        if compare(driver, requirement.floor) < 0:
-            out.append(
-                _finding(
-                    "driver",
-                    Status.FAIL,
-                    f"{host}: driver {driver} is below {requirement.floor}, the floor for CUDA "
-                    f"{requirement.cuda}: CUDA in this image will not initialise",
-                    hosts=[host],
-                    expected=f">={requirement.full}",
-                    found=driver,
-                    remedy="upgrade the NVIDIA driver (playbook tag: driver)",
-                )
+        inside = (facts.get("run") or {}).get("facts") or {}
+        status, why = driver_verdict(driver, requirement, inside.get("cuda_available"))
+        if status is Status.OK:
+            continue
+        out.append(
+            _finding(
+                "driver",
+                status,
+                f"{host}: {why}",
+                hosts=[host],
+                expected=f">={requirement.full}",
+                found=driver,
+                remedy="upgrade the NVIDIA driver (playbook tag: driver)",
             )
-        elif compare(driver, requirement.full) < 0:
-            out.append(
-                _finding(
-                    "driver",
-                    Status.WARN,
-                    f"{host}: driver {driver} runs CUDA {requirement.cuda} only through "
-                    f"minor-version compatibility (full support from {requirement.full})",
-                    hosts=[host],
-                    expected=f">={requirement.full}",
-                    found=driver,
-                    remedy="upgrade the NVIDIA driver (playbook tag: driver)",
-                )
-            )
+        )
     return out
 
 

@@ -25,6 +25,7 @@ try:
     import torch
     out["torch"] = torch.__version__
     out["cuda"] = torch.version.cuda
+    out["cuda_available"] = torch.cuda.is_available()
     try:
         out["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
     except Exception:

@@ -215,21 +215,37 @@ def test_cuda_pin() -> None:
     }
 
 
-def test_cuda_pin_fails_cpu_torch_and_drivers_that_cannot_run_it() -> None:
-    hosts = healthy(1, node2="driver-too-old")
-    hosts["node3"] = facts("probe-node-h100-classic")  # CPU build of torch
-    for f in hosts.values():
-        if f["torch"].get("cuda"):
-            f["torch"]["cuda"] = None  # torch CUDA unknown: the driver alone decides
-    hosts["node1"]["torch"]["cuda"] = "12.4"
-    hosts["node1"]["torch"]["present"] = True
+def test_cuda_pin_fails_cpu_torch_and_missing_torch() -> None:
+    hosts = healthy(1)
+    hosts["node2"] = facts("probe-node-h100-classic")  # CPU build of torch
+    hosts["node3"] = facts("torch-missing")
     finding = run(hosts, Expectations(cuda="12.4"))["expect.cuda"]
-    assert finding.found["node2"] == "torch is a CPU build"
-    assert finding.found["node3"] == "torch is a CPU build"
-    assert "node1" not in finding.found
-    hosts["node2"]["torch"]["present"] = False
-    finding = run(hosts, Expectations(cuda="12.4"))["expect.cuda"]
-    assert finding.found["node2"] == "driver supports CUDA up to 11.4"
+    assert finding.found == {"node2": "torch is a CPU build", "node3": "no torch"}
+
+
+@pytest.mark.parametrize(
+    ("recording", "cuda_available", "compat", "pin"),
+    [
+        # 535 runs CUDA 12.4 through minor-version compatibility: a warning, and the pin holds
+        ("driver-minor-compat", True, Status.WARN, Status.OK),
+        # 470 is below CUDA 12's floor and torch could not initialise CUDA: both fail
+        ("driver-too-old", False, Status.FAIL, Status.FAIL),
+        # the same driver with the cuda-compat package (an NGC image): torch saw CUDA
+        ("driver-too-old", True, Status.WARN, Status.OK),
+    ],
+)
+def test_cuda_pin_agrees_with_driver_cuda(
+    recording: str, cuda_available: bool, compat: Status, pin: Status
+) -> None:
+    hosts = healthy(1, node2=recording)
+    hosts["node2"]["torch"]["cuda_available"] = cuda_available
+    findings = run(hosts, Expectations(cuda="12.4"))
+    assert findings["compat.driver-cuda"].status is compat
+    assert findings["expect.cuda"].status is pin
+    if pin is Status.FAIL:
+        assert (
+            findings["expect.cuda"].found["node2"] == findings["compat.driver-cuda"].found["node2"]
+        )
 
 
 # -- torch -----------------------------------------------------------------------------------
@@ -290,6 +306,50 @@ def test_driver_at_the_ga_version_is_ok() -> None:
     hosts = healthy(1)
     hosts["node1"]["gpus"]["driver"] = "550.54.14"
     assert run(hosts)["compat.driver-cuda"].status is Status.OK
+
+
+def test_forward_compatibility_warns_when_torch_saw_cuda() -> None:
+    """A 470 driver with the cuda-compat package runs CUDA 12.4 (what NGC images do)."""
+    hosts = healthy(1, node2="driver-too-old")
+    hosts["node2"]["torch"].update(cuda_available=True, device_count=8)
+    finding = run(hosts)["compat.driver-cuda"]
+    assert finding.status is Status.WARN
+    assert finding.hosts == ["node2"]
+    assert "forward compatibility" in finding.found["node2"]
+    assert "cuda-compat" in finding.message
+
+
+def test_driver_below_the_floor_whose_torch_was_not_imported_fails() -> None:
+    hosts = healthy(1, node2="driver-too-old")
+    for key in ("cuda_available", "imported", "device_count"):
+        hosts["node2"]["torch"].pop(key)
+    finding = run(hosts)["compat.driver-cuda"]
+    assert finding.status is Status.FAIL
+    assert "cannot run" in finding.found["node2"]
+
+
+@pytest.mark.parametrize(
+    ("driver", "cuda", "status", "words"),
+    [
+        ("610.43.02", "13.3", Status.OK, None),
+        ("595.71.05", "13.3", Status.WARN, "595.71.05 < 610.43.02"),
+        ("615.28.01", "13.4", Status.OK, None),
+        ("610.43.02", "13.4", Status.WARN, "610.43.02 < 615"),
+        ("620.10.01", "13.9", Status.WARN, "CUDA 13.9 is not in the table (dated 2026-09)"),
+        ("700.10", "14.0", Status.WARN, "CUDA 14.0 is not in the table (dated 2026-09)"),
+        ("575.57.08", "13.9", Status.FAIL, "575.57.08 < 580"),
+    ],
+)
+def test_driver_cuda_rows_and_versions_missing_from_the_table(
+    driver: str, cuda: str, status: Status, words: str | None
+) -> None:
+    hosts = healthy(1)
+    hosts["node1"]["gpus"]["driver"] = driver
+    hosts["node1"]["torch"].update(cuda=cuda, cuda_available=status is not Status.FAIL)
+    finding = run(hosts)["compat.driver-cuda"]
+    assert finding.status is status, finding.message
+    if words:
+        assert words in finding.message
 
 
 # -- GPU health ------------------------------------------------------------------------------

@@ -124,6 +124,17 @@ def test_driver_against_the_image_minimum(driver, status):
     assert (found[0].status if found else None) is status
 
 
+@pytest.mark.parametrize(("available", "status"), [(True, Status.WARN), (False, Status.FAIL)])
+def test_an_old_driver_running_the_image_through_forward_compatibility_warns(available, status):
+    """An NGC-style image carries cuda-compat: torch inside saw CUDA, so it runs (warn)."""
+    inside = dict(INSIDE, cuda_available=available)
+    findings = image_findings({"a": node(run={"ok": True, "facts": inside})}, SETTINGS,
+                              {"a": "470.57.02"})  # fmt: skip
+    driver = by_id(findings, "image.driver")[0]
+    assert driver.status is status
+    assert ("forward compatibility" in driver.message) is available
+
+
 def test_runtime_flags_that_break_nccl():
     inside = dict(INSIDE, shm_bytes=64 << 20, memlock_soft=8 << 20, nvidia_disable_require="1")
     bad = node(run_args=[], run={"ok": True, "facts": inside})

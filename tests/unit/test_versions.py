@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
+from importlib import resources
 
 import pytest
 
 from clusterkit.versions import Constraint, compare, driver_requirement, parse_version
+
+TABLE = resources.files("clusterkit.data").joinpath("cuda_driver.json")
 
 
 @pytest.mark.parametrize(
@@ -95,6 +99,8 @@ def test_parse_version() -> None:
         ("12.1", "530.30.02", "525"),
         ("11.8", "520.61.05", "450.80.02"),
         ("13.0", "580.65.06", "580"),
+        ("13.3", "610.43.02", "580"),
+        ("13.4", "615", "580"),
     ],
 )
 def test_driver_requirement_from_the_table(cuda: str, full: str, floor: str) -> None:
@@ -105,15 +111,24 @@ def test_driver_requirement_from_the_table(cuda: str, full: str, floor: str) -> 
 def test_driver_requirement_of_an_unknown_release() -> None:
     need = driver_requirement("99.1")
     assert need.full is None and need.floor is None
+    assert need.unknown == "CUDA 99.1 is not in the table (dated 2026-09)"
+    assert driver_requirement("13.3").unknown is None
     assert driver_requirement("12.7").full is None  # no 12.7 release: only the floor applies
     assert driver_requirement("12.7").floor == "525"
 
 
 def test_table_is_ordered_like_the_releases() -> None:
     """A newer CUDA never needs an older driver (a typo in the table would break this)."""
-    releases = ["11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "13.0"]
+    releases = sorted(json.loads(TABLE.read_text())["min_driver"], key=parse_version)
+    assert releases[-2:] == ["13.3", "13.4"]
     fulls = [driver_requirement(r).full for r in releases]
     assert all(compare(a, b) <= 0 for a, b in itertools.pairwise(fulls)), fulls
     assert all(
         compare(driver_requirement(r).floor, driver_requirement(r).full) <= 0 for r in releases
     )
+
+
+def test_table_says_where_it_comes_from_and_how_to_extend_it() -> None:
+    table = json.loads(TABLE.read_text())
+    assert table["source"] and table["date"] and "how_to_extend" in table
+    assert {"13.3", "13.4"} <= set(table["sources"])
