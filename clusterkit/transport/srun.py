@@ -1,0 +1,439 @@
+"""srun transport: inside a Slurm allocation, one job step per phase carries every node.
+
+A phase (probe, network, bench) opens ONE step, `srun --nodes N --ntasks-per-node 1
+--overlap`, running clusterkit/slurm/relay.py on every node; each per-host SrunTransport
+then starts its command through that step (its stdin lines are addressed to its node, its
+output comes back framed and tagged), so stages use the same run/start contract as over SSH
+and no SSH key is needed. Every command is bounded on the node (the relay kills its process
+group at the deadline), every step by srun --time and by us (scancel at the end of the
+phase or on Ctrl-C), so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
+from importlib import resources
+
+from clusterkit.errors import TransportError
+from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline, PumpedProcess
+from clusterkit.transport.pool import register_cancellable
+
+STEP_SECONDS = 600.0  # a phase opened without a deadline of its own
+STOP_SECONDS = 5.0  # a step told to end (stdin closed) is gone by then, or cancelled
+KILL_SECONDS = 5.0  # a command killed on its node reports back by then
+BLOB_MIN = 2048  # stdin at least this long is broadcast once and referred to by digest
+_TASK_ERROR = re.compile(r"srun: error: (\S+): task \d+: (.+)")
+
+
+@cache
+def relay_source() -> str:
+    return resources.files("clusterkit.slurm").joinpath("relay.py").read_text()
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class SrunStep:
+    """One running `srun` over some nodes of the allocation: the relay on each."""
+
+    def __init__(
+        self, session: SrunSession, hosts: Sequence[str], name: str, deadline: Deadline
+    ) -> None:
+        self.session, self.hosts, self.name = session, list(hosts), name
+        self.cond = threading.Condition()
+        self.ready: set[str] = set()
+        self.failed: dict[str, str] = {}  # node -> why its relay is gone
+        self.ids: tuple[str, str] | None = None  # (job, step) once a relay said so
+        self.processes: dict[str, SrunProcess] = {}
+        self.ended = False  # srun exited: nothing more will come
+        self.stderr_tail: list[str] = []
+        self._written: set[str] = set()  # blobs every node already has
+        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        minutes = max(1, math.ceil(deadline.remaining() / 60) + 1)
+        argv = [
+            *session.srun,
+            f"--nodes={len(self.hosts)}",
+            f"--ntasks={len(self.hosts)}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(self.hosts)}",
+            "--overlap",
+            "--kill-on-bad-exit=0",
+            f"--time={minutes}",
+            f"--job-name=clusterkit-{name}",
+            "--quiet",
+            *session.extra_args,
+            session.interpreter,
+            "-S",
+            "-c",
+            relay_source(),
+        ]
+        if session.job_id:
+            argv.insert(len(session.srun), f"--jobid={session.job_id}")
+        try:
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # Ctrl-C is ours to handle: scancel, not a raw SIGINT
+                env=dict(session.env) if session.env is not None else None,
+            )
+        except OSError as error:
+            raise TransportError(
+                self.hosts[0], "protocol", f"cannot run {session.srun[0]}: {error}"
+            ) from None
+        for target in (self._read_stdout, self._read_stderr, self._write_stdin):
+            threading.Thread(target=target, daemon=True).start()
+
+    # --- the three pumps ----------------------------------------------------------------
+
+    def _read_stdout(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            words = line.split()
+            if len(words) < 3:
+                continue
+            node, cid, kind = (word.decode("ascii", "replace") for word in words[:3])
+            with self.cond:
+                if kind == "ready" and len(words) >= 5:
+                    self.ready.add(node)
+                    self.ids = self.ids or (words[3].decode(), words[4].decode())
+                elif (process := self.processes.get(cid)) is not None and process.host == node:
+                    process._receive(kind, words[3] if len(words) > 3 else b"")
+                self.cond.notify_all()
+        self.popen.wait()
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+
+    def _read_stderr(self) -> None:
+        assert self.popen.stderr is not None
+        for raw in self.popen.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            with self.cond:
+                self.stderr_tail = [*self.stderr_tail[-20:], line]
+                if match := _TASK_ERROR.match(line):
+                    self.failed.setdefault(match.group(1), match.group(2))
+                self.cond.notify_all()
+
+    def _write_stdin(self) -> None:
+        stdin = self.popen.stdin
+        assert stdin is not None
+        while (data := self._outbox.get()) is not None:
+            try:
+                stdin.write(data)
+                stdin.flush()
+            except OSError:
+                break
+        with contextlib.suppress(OSError):
+            stdin.close()
+
+    def send_line(self, *words: str) -> None:
+        self._outbox.put((" ".join(words) + "\n").encode())
+
+    def send_data(self, host: str, cid: str, data: bytes) -> None:
+        """Stdin for one command; long data goes once to every node, then by digest (the
+        step's stdin reaches every node, so sending it per node would multiply it)."""
+        if len(data) < BLOB_MIN:
+            self.send_line("I", host, cid, _b64(data))
+            return
+        digest = hashlib.sha256(data).hexdigest()[:32]
+        if digest not in self._written:
+            self._written.add(digest)
+            self.send_line("B", digest, _b64(data))
+        self.send_line("R", host, cid, digest)
+
+    # --- commands -----------------------------------------------------------------------
+
+    def wait_ready(self, host: str, until: Deadline) -> None:
+        with self.cond:
+            while host not in self.ready:
+                why = self.failed.get(host) or (self._why_ended() if self.ended else None)
+                if why or self.session.cancelled.is_set():
+                    raise TransportError(
+                        host,
+                        "interrupted" if self.session.cancelled.is_set() else "unreachable",
+                        f"srun step {self.name} did not start on {host}: {why or 'cancelled'}",
+                    )
+                if until.expired:
+                    raise TransportError(
+                        host,
+                        "timeout",
+                        f"srun step {self.name} did not start on {host} in time"
+                        + (f": {self.stderr_tail[-1]}" if self.stderr_tail else ""),
+                        hint="is the node allocated and its slurmd answering?",
+                    )
+                self.cond.wait(min(until.remaining(), 0.25))
+
+    def _why_ended(self) -> str:
+        return self.stderr_tail[-1] if self.stderr_tail else "srun exited"
+
+    def start(
+        self, host: str, argv: Sequence[str], deadline: Deadline, cap: int, *, own: bool = False
+    ) -> SrunProcess:
+        cid = str(next(self.session.counter))
+        process = SrunProcess(self, host, cid, cap, own_step=own)
+        with self.cond:
+            self.processes[cid] = process
+        spec = {"argv": list(argv), "timeout": max(1.0, deadline.remaining())}
+        self.send_line("C", host, cid, _b64(json.dumps(spec).encode()))
+        return process
+
+    # --- ending -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the step: stdin closes, every relay kills what is left and exits; a step
+        still there after STOP_SECONDS is cancelled."""
+        self._outbox.put(None)
+        try:
+            self.popen.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """scancel the step (Slurm kills it on every node), then srun itself."""
+        if self.ids and self.ids[0] != "?" and self.ids[1] != "?":
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(
+                    [self.session.scancel, f"{self.ids[0]}.{self.ids[1]}"],
+                    capture_output=True,
+                    timeout=STOP_SECONDS,
+                    env=dict(self.session.env) if self.session.env is not None else None,
+                    check=False,
+                )
+        elif self.popen.poll() is None:
+            # No relay reported yet: two SIGINTs within a second make srun cancel the step.
+            for _ in range(2):
+                with contextlib.suppress(ProcessLookupError):
+                    self.popen.send_signal(signal.SIGINT)
+                time.sleep(0.1)
+        self._outbox.put(None)
+        try:
+            self.popen.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(STOP_SECONDS)
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+
+
+class SrunProcess(PumpedProcess):
+    """A command on one node of a step (see RemoteProcess)."""
+
+    def __init__(
+        self, step: SrunStep, host: str, cid: str, cap: int, *, own_step: bool = False
+    ) -> None:
+        super().__init__(host, cap)
+        self._step, self._cid, self._own_step = step, cid, own_step
+        self._eof_sent = False
+        self._exit: int | None = None
+        self._killed = False  # the relay killed it at its timeout
+        self._done = False
+
+    def _receive(self, kind: str, payload: bytes) -> None:
+        """From the step's reader, under its lock."""
+        if kind in ("o", "e"):
+            self._keep(self._out if kind == "o" else self._err, base64.b64decode(payload))
+        elif kind == "x":
+            self._exit, self._done = int(payload), True
+        elif kind == "t":
+            self._killed, self._done = True, True
+
+    def _gone(self) -> str | None:
+        step = self._step
+        return step.failed.get(self.host) or (step._why_ended() if step.ended else None)
+
+    def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
+        step = self._step
+        if self._pending:
+            step.send_data(self.host, self._cid, self._pending)
+            self._pending = b""
+        if self._closing and not self._eof_sent:
+            self._eof_sent = True
+            step.send_line("E", self.host, self._cid)
+        with step.cond:
+            while not done():
+                if step.session.cancelled.is_set():
+                    raise TransportError(self.host, "interrupted", "interrupted; step cancelled")
+                if self._done or self._gone():
+                    return self._closing or done()
+                if deadline.expired:
+                    return False
+                step.cond.wait(min(deadline.remaining(), 0.25))
+        return True
+
+    def finish(self, deadline: Deadline) -> CommandResult:
+        if self._result is not None:
+            return self._result
+        try:
+            return self._finish(deadline)
+        finally:
+            if self._own_step:
+                self._step.session.close_step(self._step)
+
+    def _finish(self, deadline: Deadline) -> CommandResult:
+        self._closing = True
+        exited = self._pump(lambda: False, deadline)
+        if not exited:
+            self._step.send_line("K", self.host, self._cid)
+            self._pump(lambda: False, Deadline.after(KILL_SECONDS))
+        err = bytes(self._err)
+        code = self._exit
+        if not self._done and (why := self._gone()):
+            err += f"\nsrun: {why}".encode()
+            code = 255  # like ssh: the channel went away before the command said how it ended
+        timed_out = not exited or self._killed
+        self._result = CommandResult(
+            self.host,
+            None if timed_out else code,
+            bytes(self._out),
+            err,
+            timed_out=timed_out,
+            truncated=self._truncated,
+            duration=time.monotonic() - self._started,
+        )
+        return self._result
+
+
+class SrunSession:
+    """The allocation's nodes and the step of the current phase.
+
+    `phase(name)` opens one step over every node for the commands of that phase; a command
+    started outside any phase gets a step of its own node only.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        *,
+        job_id: str | None = None,
+        interpreter: str = "python3",
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        srun: Sequence[str] = ("srun",),
+        scancel: str = "scancel",
+    ) -> None:
+        self.hosts, self.job_id, self.interpreter = list(hosts), job_id, interpreter
+        self.extra_args, self.env, self.srun, self.scancel = (
+            list(extra_args),
+            env,
+            list(srun),
+            scancel,
+        )
+        self.counter = itertools.count(1)
+        self.cancelled = threading.Event()
+        self.current: SrunStep | None = None
+        self.steps_opened = 0
+        self._lock = threading.Lock()
+        self._live: list[SrunStep] = []
+        register_cancellable(self)
+
+    def transports(self) -> dict[str, SrunTransport]:
+        return {host: SrunTransport(host, self) for host in self.hosts}
+
+    def open_step(self, hosts: Sequence[str], name: str, deadline: Deadline) -> SrunStep:
+        if self.cancelled.is_set():
+            raise TransportError(hosts[0], "interrupted", "interrupted")
+        step = SrunStep(self, hosts, name, deadline)
+        with self._lock:
+            self._live.append(step)
+            self.steps_opened += 1
+        return step
+
+    def close_step(self, step: SrunStep) -> None:
+        step.close()
+        with self._lock:
+            if step in self._live:
+                self._live.remove(step)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, seconds: float = STEP_SECONDS) -> Iterator[SrunStep]:
+        """One step over every node for the commands started inside the block."""
+        step = self.open_step(self.hosts, name, Deadline.after(seconds))
+        self.current = step
+        try:
+            yield step
+        finally:
+            self.current = None
+            self.close_step(step)
+
+    def cancel(self) -> None:
+        """Ctrl-C / SIGTERM: cancel every live step; waits stop at once."""
+        self.cancelled.set()
+        with self._lock:
+            steps = list(self._live)
+        for step in steps:
+            step.cancel()
+            with step.cond:
+                step.cond.notify_all()
+
+    def close(self) -> None:
+        with self._lock:
+            steps = list(self._live)
+        for step in steps:
+            self.close_step(step)
+
+
+class SrunTransport:
+    """One node of an SrunSession under the Transport contract."""
+
+    def __init__(self, host: str, session: SrunSession) -> None:
+        self.host, self.session = host, session
+
+    def cancel(self) -> None:
+        self.session.cancel()
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        deadline: Deadline,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        start_by: Deadline | None = None,
+    ) -> SrunProcess:
+        step = self.session.current
+        if step is None or self.host not in step.hosts:
+            step = self.session.open_step([self.host], "command", deadline)
+            own = True
+        else:
+            own = False
+        try:
+            step.wait_ready(self.host, start_by or deadline)
+        except TransportError:
+            if own:
+                self.session.close_step(step)
+            raise
+        return step.start(self.host, argv, deadline, output_cap, own=own)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        deadline: Deadline,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> CommandResult:
+        process = self.start(argv, deadline=deadline, output_cap=output_cap)
+        if stdin:
+            process.send(stdin)
+        return process.finish(deadline)
+
+    def close(self) -> None:
+        pass
