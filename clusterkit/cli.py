@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from clusterkit import __version__
 from clusterkit.errors import UsageError
+from clusterkit.inventory.model import BenchSettings
 from clusterkit.status import ExitStatus
 
 STAGES = ("network", "bench", "image")
@@ -180,14 +181,34 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         help="all-reduce bandwidth test on every node (nccl-tests compatible output)",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
-    sweep = parser.add_argument_group("sweep (nccl-tests all_reduce_perf flags)")
-    sweep.add_argument("-b", "--minbytes", default="1M", help="smallest size (default 1M)")
-    sweep.add_argument("-e", "--maxbytes", default="64M", help="largest size (default 64M)")
-    sweep.add_argument("-f", "--stepfactor", type=_positive_int, default=2, help="size factor")
-    sweep.add_argument("-n", "--iters", type=_positive_int, default=20, help="timed iterations")
-    sweep.add_argument("-w", "--warmup-iters", type=int, default=5, help="warmup iterations")
+    # Defaults: the inventory's clusterkit.bench, else BenchSettings (shared with `check`).
+    sweep = parser.add_argument_group(
+        "sweep (nccl-tests all_reduce_perf flags; defaults: clusterkit.bench in the inventory)"
+    )
+    sweep.add_argument("-b", "--minbytes", help=f"smallest size (default {BenchSettings.minbytes})")
+    sweep.add_argument("-e", "--maxbytes", help=f"largest size (default {BenchSettings.maxbytes})")
+    sweep.add_argument(
+        "-f",
+        "--stepfactor",
+        type=_positive_int,
+        help=f"size factor (default {BenchSettings.stepfactor})",
+    )
+    sweep.add_argument(
+        "-n",
+        "--iters",
+        type=_positive_int,
+        help=f"timed iterations (default {BenchSettings.iters})",
+    )
+    sweep.add_argument(
+        "-w",
+        "--warmup-iters",
+        type=int,
+        help=f"warmup iterations (default {BenchSettings.warmup_iters})",
+    )
     sweep.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check data")
-    sweep.add_argument("-d", "--datatype", default="float", help="float, half, bfloat16, ...")
+    sweep.add_argument(
+        "-d", "--datatype", help=f"float, half, bfloat16, ... (default {BenchSettings.datatype})"
+    )
     run = parser.add_argument_group("run")
     run.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
     run.add_argument(
@@ -209,16 +230,16 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--timeout",
         type=_positive_float,
-        default=300.0,
         metavar="SECONDS",
-        help="deadline for the whole run; everything is killed after it (default: 300)",
+        help="deadline for the whole run; everything is killed after it "
+        f"(default: {BenchSettings.timeout:g})",
     )
     run.add_argument(
         "--join-timeout",
         type=_positive_float,
-        default=60.0,
         metavar="SECONDS",
-        help="how long ranks wait for each other to arrive (default: 60)",
+        help="how long ranks wait for each other to arrive "
+        f"(default: {BenchSettings.join_timeout:g})",
     )
     run.add_argument(
         "-J", "--result-json", default=None, metavar="FILE", help="nccl-tests style JSON result"

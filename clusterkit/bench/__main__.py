@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     threshold = gate.resolve_threshold(
         flag=ours.min_busbw,
         environ=os.environ,
-        inventory_bench=None,
+        inventory_min_busbw=None,
         fabric=gate.detect_fabric(_local_facts(result)),
         backend=result["backend"],
     )

@@ -156,7 +156,7 @@ def resolve_threshold(
     *,
     flag: float | None,
     environ: Mapping[str, str],
-    inventory_bench: Mapping[str, Any] | None,
+    inventory_min_busbw: float | None,
     fabric: Fabric | None,
     backend: str,
 ) -> Threshold:
@@ -177,9 +177,10 @@ def resolve_threshold(
                 f"NCCL_TESTS_MIN_BW={env_value}: {NCCL_TESTS_RULE:g} x {value:g} "
                 "(the nccl-tests rule)",
             )
-    configured = (inventory_bench or {}).get("min_busbw")
-    if configured is not None:
-        return Threshold(float(configured), "inventory", f"clusterkit.bench.min_busbw {configured}")
+    if inventory_min_busbw is not None:
+        return Threshold(
+            inventory_min_busbw, "inventory", f"clusterkit.bench.min_busbw {inventory_min_busbw:g}"
+        )
     if backend != "nccl" or fabric is None:
         return Threshold(None, "none", f"{backend}: no default threshold, figures reported only")
     return fabric_default(fabric)

@@ -26,9 +26,10 @@ from typing import Any
 from clusterkit import framing
 from clusterkit.bench import gate
 from clusterkit.bench.nccltests import format_table
+from clusterkit.bench.worker import parse_size
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
-from clusterkit.inventory.model import Host, Inventory
+from clusterkit.inventory.model import BenchSettings, Host, Inventory
 from clusterkit.transport.base import CommandResult, Deadline, Transport
 
 STAGE = "bench"
@@ -82,25 +83,42 @@ echo "killed:$pids"
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """Sweep (nccl-tests flags), gate and launch settings."""
+    """Sweep (nccl-tests flags), gate and launch settings; defaults from BenchSettings."""
 
-    minbytes: str = "1M"
-    maxbytes: str = "16M"
-    stepfactor: int = 2
-    iters: int = 20
-    warmup_iters: int = 5
+    minbytes: str = BenchSettings.minbytes
+    maxbytes: str = BenchSettings.maxbytes
+    stepfactor: int = BenchSettings.stepfactor
+    iters: int = BenchSettings.iters
+    warmup_iters: int = BenchSettings.warmup_iters
     check: int = 1
-    datatype: str = "float"
+    datatype: str = BenchSettings.datatype
     backend: str = "auto"
     nproc_per_node: int | None = None  # None: expect.gpus_per_node, probe facts, else 1
     gate_size: int | None = None  # None: the largest size measured
-    min_busbw: float | None = None
-    join_timeout: float = 60.0
+    min_busbw: float | None = None  # None: NCCL_TESTS_MIN_BW, clusterkit.bench, fabric
+    join_timeout: float = BenchSettings.join_timeout
     master_addr: str | None = None  # None: the inventory master's address
     master_port: int | None = None  # None: clusterkit.master_port
     image: str | None = None  # None: clusterkit.image; "" forces the node interpreter
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: BenchSettings, **given: Any) -> BenchOptions:
+        """The inventory's `clusterkit.bench` with what was given (flags) on top; None in
+        `given` means not given. Ranks never wait for each other past the run's deadline."""
+        chosen = {
+            "minbytes": settings.minbytes,
+            "maxbytes": settings.maxbytes,
+            "stepfactor": settings.stepfactor,
+            "iters": settings.iters,
+            "warmup_iters": settings.warmup_iters,
+            "datatype": settings.datatype,
+            "gate_size": parse_size(settings.gate_size) if settings.gate_size else None,
+            "join_timeout": min(settings.join_timeout, settings.timeout),
+            **{name: value for name, value in given.items() if value is not None},
+        }
+        return cls(**chosen)
 
 
 @dataclass
@@ -443,7 +461,7 @@ def judge(
     threshold = gate.resolve_threshold(
         flag=options.min_busbw,
         environ=options.environ,
-        inventory_bench=(inventory.settings.raw or {}).get("bench"),
+        inventory_min_busbw=inventory.settings.bench.min_busbw,
         fabric=gate.detect_fabric(options.facts) if options.facts else None,
         backend=str(result.get("backend")),
     )

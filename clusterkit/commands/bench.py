@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import replace
 
 from clusterkit.bench.launcher import BenchOptions, BenchOutcome, launch_bench
 from clusterkit.bench.nccltests import write_json
@@ -17,6 +18,7 @@ from clusterkit.commands.check import (
     load_target,
 )
 from clusterkit.errors import UsageError
+from clusterkit.inventory.model import BenchSettings
 from clusterkit.probe.runner import probe_all
 from clusterkit.report import Report, emit
 from clusterkit.status import ExitStatus
@@ -26,26 +28,32 @@ from clusterkit.transport.connect import connect_all
 PROBE_SECONDS = 30.0
 
 
-def bench_options(args: argparse.Namespace, facts: dict) -> BenchOptions:
-    """Validate the sweep flags (one-line usage errors) and build the launcher's options."""
+def bench_timeout(args: argparse.Namespace, settings: BenchSettings) -> float:
+    """--timeout, else clusterkit.bench.timeout (whose default is the documented one)."""
+    return settings.timeout if args.timeout is None else args.timeout
+
+
+def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict) -> BenchOptions:
+    """Validate the sweep flags (one-line usage errors) and build the launcher's options:
+    flags over the inventory's `clusterkit.bench`, over its defaults."""
     for flag, value in (("-b", args.minbytes), ("-e", args.maxbytes)):
         try:
-            parse_size(value)
+            if value is not None:
+                parse_size(value)
         except ValueError as error:
             raise UsageError(f"clusterkit bench {flag}: {error}") from None
-    if parse_size(args.minbytes) > parse_size(args.maxbytes):
-        raise UsageError("clusterkit bench: -b is larger than -e")
     gate_size = None
     if args.gate_size:
         try:
             gate_size = parse_size(args.gate_size)
         except ValueError as error:
             raise UsageError(f"clusterkit bench --gate-size: {error}") from None
-    if args.datatype not in DTYPES:
+    if args.datatype is not None and args.datatype not in DTYPES:
         raise UsageError(
             f"clusterkit bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})"
         )
-    return BenchOptions(
+    options = BenchOptions.from_settings(
+        settings,
         minbytes=args.minbytes,
         maxbytes=args.maxbytes,
         stepfactor=args.stepfactor,
@@ -57,12 +65,18 @@ def bench_options(args: argparse.Namespace, facts: dict) -> BenchOptions:
         nproc_per_node=args.nproc_per_node,
         gate_size=gate_size,
         min_busbw=args.min_busbw,
-        join_timeout=min(args.join_timeout, args.timeout),
+        join_timeout=args.join_timeout,
         master_port=args.master_port,
         image=args.image,
         environ=dict(os.environ),
         facts=facts,
     )
+    if parse_size(options.minbytes) > parse_size(options.maxbytes):
+        raise UsageError(
+            f"clusterkit bench: the smallest size {options.minbytes} (-b) is larger than "
+            f"the largest {options.maxbytes} (-e)"
+        )
+    return replace(options, join_timeout=min(options.join_timeout, bench_timeout(args, settings)))
 
 
 def bench_details(outcome: BenchOutcome) -> dict:
@@ -89,9 +103,10 @@ def bench_details(outcome: BenchOutcome) -> dict:
 
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
-    deadline = Deadline.after(args.timeout)
     inventory = load_target(args)
-    bench_options(args, {})  # usage errors before any connection
+    settings = inventory.settings.bench
+    deadline = Deadline.after(bench_timeout(args, settings))
+    bench_options(args, settings, {})  # usage errors before any connection
     findings: list[Finding] = []
     connections = connect_all(inventory, connect_options(args))
     outcome: BenchOutcome | None = None
@@ -102,7 +117,6 @@ def run(args: argparse.Namespace) -> ExitStatus:
             inventory,
             Deadline.after(min(PROBE_SECONDS, deadline.remaining())),
             workers=args.forks,
-            options=inventory.settings.raw.get("probe") or {},
         )
         findings += [
             Finding(
@@ -114,7 +128,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
             )
             for host, why in probed.failures.items()
         ]
-        options = bench_options(args, probed.facts)
+        options = bench_options(args, settings, probed.facts)
         outcome = launch_bench(connections.transports, inventory, options, deadline)
         findings += outcome.findings
     finally:

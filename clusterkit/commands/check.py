@@ -125,7 +125,6 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 inventory,
                 Deadline.after(args.timeout),
                 workers=args.forks,
-                options=inventory.settings.raw.get("probe") or {},
                 on_done=bar.done,
             )
             findings += [
@@ -154,7 +153,6 @@ def run(args: argparse.Namespace) -> ExitStatus:
 
 
 NETWORK_SECONDS = 60.0
-BENCH_SECONDS = 300.0
 IMAGE_SECONDS = 180.0
 
 
@@ -222,11 +220,11 @@ def run_stages(
         from clusterkit.commands.bench import bench_details
 
         bar.phase("bench", 1)
-        bench_settings = settings.raw.get("bench") or {}
         outcome = launch_bench(
             transports,
             inventory,
-            BenchOptions(
+            BenchOptions.from_settings(
+                settings.bench,
                 min_busbw=args.min_busbw,
                 facts=facts,
                 # A CPU build of torch runs gloo: one rank per node measures the network;
@@ -235,7 +233,7 @@ def run_stages(
                 if any(torch_cuda(f) not in (None, "cpu") for f in facts.values())
                 else 1,
             ),
-            Deadline.after(float(bench_settings.get("timeout", BENCH_SECONDS))),
+            Deadline.after(settings.bench.timeout),
         )
         if outcome.interrupted:
             raise KeyboardInterrupt

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from clusterkit.cost import catalog as price_catalog
 from clusterkit.cost.estimate import Estimate, Provenance, estimate
 from clusterkit.cost.rates import RateSource, parse_rate, read_trace
 from clusterkit.cost.scenario import CapacityWait, Hazard, Scenario
-from clusterkit.errors import InventoryError, UsageError
+from clusterkit.errors import UsageError
+from clusterkit.inventory.model import CostSettings
 from clusterkit.status import ExitStatus
 
 # Public 4-node spot traces: time to get all nodes back had a median of 0.3-0.5 h and a mean
@@ -24,28 +26,8 @@ DEFAULT_CHECKPOINT_MIN = 5.0
 DEFAULT_RESTART_MIN = 10.0
 DEFAULT_GPUS_PER_NODE = 8
 
-# Inventory keys under `clusterkit.cost`, each named like its flag.
-INVENTORY_KEYS = (
-    "instance",
-    "region",
-    "gpus_per_node",
-    "hours",
-    "checkpoint_min",
-    "restart_min",
-    "preempt_rate",
-    "trace",
-    "correlation",
-    "capacity_wait_median",
-    "capacity_wait_mean",
-    "hardware_rate",
-    "on_demand_price",
-    "spot_price",
-    "deadline",
-    "interval",
-    "hazard",
-    "catalog",
-    "max_price_age_days",
-)
+# Inventory keys under `clusterkit.cost` (the fields of CostSettings), each named like its flag.
+INVENTORY_KEYS = tuple(field.name for field in fields(CostSettings))
 
 
 def run(args: argparse.Namespace) -> ExitStatus:
@@ -148,17 +130,9 @@ def _from_inventory(path: str, values: _Values) -> None:
 
     inventory = load_inventory(path)
     values.set("nodes", len(inventory.hosts), f"inventory {path} ({len(inventory.hosts)} hosts)")
-    section = inventory.settings.raw.get("cost") or {}
-    if not isinstance(section, dict):
-        raise InventoryError(path, "must be a mapping", key="clusterkit.cost")
-    for key, value in section.items():
-        if key not in INVENTORY_KEYS:
-            raise InventoryError(
-                path,
-                f"unknown key (known: {', '.join(INVENTORY_KEYS)})",
-                key=f"clusterkit.cost.{key}",
-            )
-        values.set(key, value, f"inventory {path}: clusterkit.cost.{key}")
+    section = inventory.settings.cost  # typed and range-checked when the inventory was read
+    for key in INVENTORY_KEYS:
+        values.set(key, getattr(section, key), f"inventory {path}: clusterkit.cost.{key}")
 
 
 def _number(

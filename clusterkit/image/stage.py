@@ -22,7 +22,7 @@ def _node_argv(inventory: Inventory, host: str, step_timeout: float, gpus: bool)
     with contextlib.suppress(KeyError):
         python = inventory.host(host).python_interpreter or python
     argv = [python, "-", str(inventory.settings.image), "--timeout", f"{step_timeout:.0f}"]
-    override = inventory.settings.raw.get("image_run_args")
+    override = inventory.settings.image_run_args
     if override is not None:
         argv += ["--run-args", json.dumps(list(override))]
     if gpus:

@@ -42,6 +42,70 @@ class Expectations:
 
 
 @dataclass(frozen=True)
+class BenchSettings:
+    """`clusterkit.bench`: the all-reduce sweep, gate and deadlines. The defaults here are the
+    only ones: `check`'s bench stage and `clusterkit bench` both start from this object, and
+    `clusterkit bench` flags win over it. Keys are named like the nccl-tests flags."""
+
+    minbytes: str = "1M"  # -b, bytes with K/M/G (powers of 1024)
+    maxbytes: str = "16M"  # -e
+    stepfactor: int = 2  # -f
+    iters: int = 20  # -n
+    warmup_iters: int = 5  # -w
+    datatype: str = "float"  # -d
+    gate_size: str | None = None  # --gate-size; None: the largest size measured
+    min_busbw: float | None = None  # GB/s; None: NCCL_TESTS_MIN_BW or the fabric default
+    timeout: float = 300.0  # seconds for the whole run; everything is killed after it
+    join_timeout: float = 60.0  # seconds ranks wait for each other
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """`clusterkit.network`: what the network stage checks beyond the rendezvous ports."""
+
+    extra_ports: tuple[int, ...] = ()  # more ports every node must accept from every peer
+    connect_timeout: float = 3.0  # seconds per connect attempt
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """`clusterkit.probe`: options sent to the node probe."""
+
+    timeout: float = 15.0  # seconds the collectors may run on a node
+    import_torch: bool = False  # import torch on every node, not only CUDA builds on GPU nodes
+
+    def options(self) -> dict[str, Any]:
+        """The JSON options the collector reads."""
+        return {"timeout": self.timeout, "import_torch": self.import_torch}
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """`clusterkit.cost`: inputs of `clusterkit cost`, each named like its flag (None: unset;
+    the command applies flags over these, then the catalog and its own defaults)."""
+
+    instance: str | None = None
+    region: str | None = None
+    gpus_per_node: int | None = None
+    hours: float | None = None
+    checkpoint_min: float | None = None
+    restart_min: float | None = None
+    preempt_rate: str | None = None  # a rate per node-hour or an advisor bucket, as text
+    trace: str | None = None
+    correlation: float | None = None
+    capacity_wait_median: float | str | None = None  # hours, or "off"
+    capacity_wait_mean: float | str | None = None  # hours, or "off"
+    hardware_rate: float | None = None
+    on_demand_price: float | None = None
+    spot_price: float | None = None
+    deadline: float | None = None
+    interval: float | None = None
+    hazard: str | None = None
+    catalog: str | None = None
+    max_price_age_days: float | None = None
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """clusterkit's own settings, from the `clusterkit` variable (Ansible ignores it)."""
 
@@ -51,7 +115,11 @@ class ClusterSettings:
     interface: str | None = None  # what NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME will name
     expect: Expectations = field(default_factory=Expectations)
     image: str | None = None  # cluster image by tag or digest
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    image_run_args: tuple[str, ...] | None = None  # docker run flags; None: the image's label
+    bench: BenchSettings = field(default_factory=BenchSettings)
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    cost: CostSettings = field(default_factory=CostSettings)
 
 
 @dataclass(frozen=True)

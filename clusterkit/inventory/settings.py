@@ -1,42 +1,278 @@
-"""The `clusterkit` inventory variable -> ClusterSettings, validated key by key.
+"""The `clusterkit` inventory variable -> ClusterSettings, every key typed and checked at load.
 
 Ansible ignores a variable it does not use, so clusterkit's own settings live in one variable
 named `clusterkit`. It is resolved per host like any variable and must come out the same on
 every host: one cluster, one set of settings.
+
+Each section is a frozen dataclass (inventory/model.py) and a table of rules here, one per
+field. A value that breaks its rule, or a key no rule knows, is an InventoryError naming the
+file, the line, the key path and what is allowed, before any host is contacted.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from typing import Any
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Any, TypeVar
 
-from clusterkit.errors import InventoryError
+from clusterkit.bench.worker import DTYPES, parse_size
+from clusterkit.cost.rates import ADVISOR_BUCKETS
+from clusterkit.cost.scenario import HAZARDS, Hazard
+from clusterkit.errors import InventoryError, UsageError
 from clusterkit.inventory.graph import Origin
-from clusterkit.inventory.model import ClusterSettings, Expectations
+from clusterkit.inventory.model import (
+    BenchSettings,
+    ClusterSettings,
+    CostSettings,
+    Expectations,
+    NetworkSettings,
+    ProbeSettings,
+)
 from clusterkit.inventory.yamlfile import LineMap, is_template
 from clusterkit.versions import Constraint
 
 VARIABLE = "clusterkit"
-_TOP_KEYS = (
-    "master",
-    "master_port",
-    "rdzv_port",
-    "interface",
-    "expect",
-    "image",
-    "bench",
-    "network",
-    "cost",
-    "probe",
-)
-_SECTION_KEYS = ("bench", "network", "cost", "probe")  # read by later stages; mappings here
-_VERSION_KEYS = ("driver", "cuda", "torch", "nccl", "python")
-_EXPECT_KEYS = ("gpus_per_node", *_VERSION_KEYS)
 
 
-class _Validator:
-    """Checks one `clusterkit` mapping; errors name the key path and the line it is on."""
+class Invalid(Exception):
+    """A value that breaks its rule: what is wrong, and optionally what to write instead."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.hint = problem, hint
+
+
+Rule = Callable[[Any], Any]  # raw YAML value (never None) -> typed value, or raises Invalid
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+
+def text(value: Any) -> str:
+    """A literal, non-empty string; YAML numbers keep the text they were written as."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise Invalid(f"must be a string, got {type(value).__name__}")
+    written = getattr(value, "source_text", None) or str(value)
+    if not written.strip():
+        raise Invalid("must not be empty")
+    if is_template(written):
+        raise Invalid(
+            f"is a Jinja template ({written!r})", hint="clusterkit settings must be literal values"
+        )
+    return written.strip()
+
+
+def constraint(value: Any) -> str:
+    """A version pin such as ">=550" or "2.5.1": rejected here, not when checks run."""
+    written = text(value)
+    try:
+        Constraint(written)
+    except ValueError:
+        raise Invalid(
+            f"{written!r} is not a version constraint",
+            hint='write a version or a range, e.g. "2.5.1", "==2.5.*" or ">=550,<560"',
+        ) from None
+    return written
+
+
+def integer(low: int, high: int) -> Rule:
+    def rule(value: Any) -> int:
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, str) and value.strip().isdigit():
+            number = int(value)
+        if number is None or not low <= number <= high:
+            raise Invalid(f"must be an integer {low}..{high}, got {value!r}")
+        return number
+
+    return rule
+
+
+def number(*, above: float | None = None, low: float | None = None, unit: str = "") -> Rule:
+    """A finite number, > `above` or >= `low`; quoted numbers are accepted like Ansible does."""
+    bound = (
+        f"above {above:g}" if above is not None else f"at least {low:g}" if low is not None else ""
+    )
+    allowed = f"a number{' ' + bound if bound else ''}{' (' + unit + ')' if unit else ''}"
+
+    def rule(value: Any) -> float:
+        parsed = math.nan
+        if not isinstance(value, bool) and isinstance(value, int | float | str):
+            try:
+                parsed = float(value)
+            except ValueError:
+                parsed = math.nan
+        fits = math.isfinite(parsed)
+        fits = fits and (above is None or parsed > above) and (low is None or parsed >= low)
+        if not fits:
+            raise Invalid(f"must be {allowed}, got {value!r}")
+        return parsed
+
+    return rule
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid(f"must be true or false, got {value!r}")
+    return value
+
+
+def choice(*allowed: str) -> Rule:
+    def rule(value: Any) -> str:
+        written = text(value)
+        if written not in allowed:
+            raise Invalid(f"must be one of {', '.join(allowed)}, got {written!r}")
+        return written
+
+    return rule
+
+
+def size(value: Any) -> str:
+    """nccl-tests sizes: bytes with an optional K/M/G/T suffix (`64M`)."""
+    written = text(value)
+    try:
+        parse_size(written)
+    except ValueError:
+        raise Invalid(
+            f"must be a size in bytes with an optional K/M/G suffix (e.g. 64M), got {value!r}"
+        ) from None
+    return written
+
+
+def list_of(item: Rule, what: str) -> Rule:
+    def rule(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise Invalid(f"must be a list of {what}, got {type(value).__name__}")
+        try:
+            return tuple(item(entry) for entry in value)
+        except Invalid as error:
+            raise Invalid(f"must be a list of {what}: {error.problem}", error.hint) from None
+
+    return rule
+
+
+def number_or_off(unit: str) -> Rule:
+    positive = number(above=0, unit=unit)
+
+    def rule(value: Any) -> float | str:
+        # YAML 1.1 reads a bare `off` as false, as Ansible does.
+        if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
+            return "off"
+        try:
+            return positive(value)
+        except Invalid:
+            raise Invalid(f"must be a number above 0 ({unit}) or off, got {value!r}") from None
+
+    return rule
+
+
+def preempt_rate(value: Any) -> str:
+    """A rate per node-hour or an AWS advisor bucket; kept as text for `cost` to parse."""
+    written = text(value)
+    cleaned = written.replace(" ", "")
+    if cleaned not in ADVISOR_BUCKETS:
+        try:
+            rate = float(cleaned.removesuffix("/h"))
+        except ValueError:
+            rate = math.nan
+        if not (math.isfinite(rate) and rate >= 0):
+            raise Invalid(
+                f"must be a rate per node-hour or an advisor bucket "
+                f"({', '.join(ADVISOR_BUCKETS)}), got {value!r}"
+            )
+    return written
+
+
+def hazard(value: Any) -> str:
+    written = text(value)
+    try:
+        Hazard.parse(written)
+    except UsageError:
+        raise Invalid(f"must be one of {', '.join(HAZARDS)} (K > 0), got {value!r}") from None
+    return written
+
+
+PORT = integer(1, 65535)
+
+# --- the model: one rule per field of each section --------------------------------------------
+
+_VERSION_RULES: dict[str, Rule] = {
+    name: constraint for name in ("driver", "cuda", "torch", "nccl", "python")
+}
+EXPECT_RULES: dict[str, Rule] = {"gpus_per_node": integer(0, 1024), **_VERSION_RULES}
+
+BENCH_RULES: dict[str, Rule] = {
+    "minbytes": size,
+    "maxbytes": size,
+    "stepfactor": integer(1, 1024),
+    "iters": integer(1, 1_000_000),
+    "warmup_iters": integer(0, 1_000_000),
+    "datatype": choice(*DTYPES),
+    "gate_size": size,
+    "min_busbw": number(above=0, unit="GB/s"),
+    "timeout": number(above=0, unit="seconds"),
+    "join_timeout": number(above=0, unit="seconds"),
+}
+
+NETWORK_RULES: dict[str, Rule] = {
+    "extra_ports": list_of(PORT, "TCP ports 1..65535"),
+    "connect_timeout": number(above=0, unit="seconds"),
+}
+
+PROBE_RULES: dict[str, Rule] = {
+    "timeout": number(above=0, unit="seconds"),
+    "import_torch": boolean,
+}
+
+_MINUTES = number(low=0, unit="minutes")
+COST_RULES: dict[str, Rule] = {
+    "instance": text,
+    "region": text,
+    "gpus_per_node": integer(1, 1024),
+    "hours": number(above=0, unit="hours"),
+    "checkpoint_min": _MINUTES,
+    "restart_min": _MINUTES,
+    "preempt_rate": preempt_rate,
+    "trace": text,
+    "correlation": number(low=1, unit="nodes per event"),
+    "capacity_wait_median": number_or_off("hours"),
+    "capacity_wait_mean": number_or_off("hours"),
+    "hardware_rate": number(low=0, unit="failures per node-hour"),
+    "on_demand_price": number(above=0, unit="USD per node-hour"),
+    "spot_price": number(above=0, unit="USD per node-hour"),
+    "deadline": number(above=0, unit="hours"),
+    "interval": number(above=0, unit="minutes"),
+    "hazard": hazard,
+    "catalog": text,
+    "max_price_age_days": number(low=0, unit="days"),
+}
+
+SECTIONS: dict[str, tuple[type, dict[str, Rule]]] = {
+    "expect": (Expectations, EXPECT_RULES),
+    "bench": (BenchSettings, BENCH_RULES),
+    "network": (NetworkSettings, NETWORK_RULES),
+    "probe": (ProbeSettings, PROBE_RULES),
+    "cost": (CostSettings, COST_RULES),
+}
+
+TOP_RULES: dict[str, Rule] = {
+    "master": text,
+    "master_port": PORT,
+    "rdzv_port": PORT,
+    "interface": text,
+    "image": text,
+    "image_run_args": list_of(text, "docker run arguments (strings)"),
+}
+TOP_KEYS = (*TOP_RULES, *SECTIONS)
+
+# --- reading ----------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Reads one `clusterkit` mapping; errors name the file, the key path and its line."""
 
     def __init__(self, origin: Origin) -> None:
         self.path, self.line = origin
@@ -58,56 +294,22 @@ class _Validator:
                 self.fail(f"{key}.{name}", "unknown key", _key_line(value, name), hint=hint)
         return value
 
-    def constraint(self, parent: Mapping[str, Any], key: str, name: str) -> str | None:
-        """A version pin such as ">=550" or "2.5.1": rejected here, not when checks run."""
-        text = self.text(parent, key, name)
-        if text is not None:
+    def values(self, key: str, parent: Mapping[str, Any], rules: dict[str, Rule]) -> dict:
+        """Each key of `parent` that has a value, through its rule."""
+        typed: dict[str, Any] = {}
+        for name, rule in rules.items():
+            value = parent.get(name)
+            if value is None:
+                continue
             try:
-                Constraint(text)
-            except ValueError:
-                self.fail(
-                    f"{key}.{name}",
-                    f"{text!r} is not a version constraint",
-                    _key_line(parent, name),
-                    hint='write a version or a range, e.g. "2.5.1" or ">=550,<560"',
-                )
-        return text
+                typed[name] = rule(value)
+            except Invalid as error:
+                self.fail(f"{key}.{name}", error.problem, _key_line(parent, name), error.hint)
+        return typed
 
-    def text(self, parent: Mapping[str, Any], key: str, name: str) -> str | None:
-        value = parent.get(name)
-        if value is None:
-            return None
-        line = _key_line(parent, name)
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            self.fail(f"{key}.{name}", f"must be a string, got {type(value).__name__}", line)
-        text = getattr(value, "source_text", None) or str(value)
-        if not text.strip():
-            self.fail(f"{key}.{name}", "must not be empty", line)
-        if is_template(text):
-            self.fail(
-                f"{key}.{name}",
-                f"is a Jinja template ({text!r})",
-                line,
-                hint="clusterkit settings must be literal values",
-            )
-        return text.strip()
-
-    def integer(
-        self, parent: Mapping[str, Any], key: str, name: str, low: int, high: int
-    ) -> int | None:
-        value = parent.get(name)
-        if value is None:
-            return None
-        number = value if isinstance(value, int) and not isinstance(value, bool) else None
-        if isinstance(value, str) and value.strip().isdigit():
-            number = int(value)
-        if number is None or not low <= number <= high:
-            self.fail(
-                f"{key}.{name}",
-                f"must be an integer {low}..{high}, got {value!r}",
-                _key_line(parent, name),
-            )
-        return number
+    def section(self, key: str, value: Any, model: type[T], rules: dict[str, Rule]) -> T:
+        parent = self.mapping(key, value, tuple(rules))
+        return model(**self.values(key, parent, rules))
 
 
 def _line(value: Any) -> int | None:
@@ -118,27 +320,29 @@ def _key_line(mapping: Mapping[str, Any], key: str) -> int | None:
     return mapping.line_of(key) if isinstance(mapping, LineMap) else None
 
 
+def _check_bench(reader: _Reader, bench: BenchSettings, value: Any) -> None:
+    """Rules that join two bench keys."""
+    if parse_size(bench.minbytes) > parse_size(bench.maxbytes):
+        where = _key_line(value, "minbytes") if isinstance(value, Mapping) else None
+        reader.fail(
+            f"{VARIABLE}.bench.minbytes",
+            f"{bench.minbytes} is larger than maxbytes {bench.maxbytes}",
+            where,
+        )
+
+
 def parse_settings(value: Any, origin: Origin) -> ClusterSettings:
     """ClusterSettings from the resolved `clusterkit` variable (None: all defaults)."""
-    check = _Validator(origin)
-    top = check.mapping(VARIABLE, value, _TOP_KEYS)
-    expect = check.mapping(f"{VARIABLE}.expect", top.get("expect"), _EXPECT_KEYS)
-    for section in _SECTION_KEYS:
-        if top.get(section) is not None and not isinstance(top[section], Mapping):
-            check.fail(f"{VARIABLE}.{section}", "must be a mapping", _key_line(top, section))
-    defaults = ClusterSettings()
-    master_port = check.integer(top, VARIABLE, "master_port", 1, 65535)
-    rdzv_port = check.integer(top, VARIABLE, "rdzv_port", 1, 65535)
-    expectations = Expectations(
-        gpus_per_node=check.integer(expect, f"{VARIABLE}.expect", "gpus_per_node", 0, 1024),
-        **{name: check.constraint(expect, f"{VARIABLE}.expect", name) for name in _VERSION_KEYS},
-    )
-    return ClusterSettings(
-        master=check.text(top, VARIABLE, "master"),
-        master_port=defaults.master_port if master_port is None else master_port,
-        rdzv_port=defaults.rdzv_port if rdzv_port is None else rdzv_port,
-        interface=check.text(top, VARIABLE, "interface"),
-        expect=expectations,
-        image=check.text(top, VARIABLE, "image"),
-        raw=dict(top),
-    )
+    reader = _Reader(origin)
+    top = reader.mapping(VARIABLE, value, TOP_KEYS)
+    sections = {
+        name: reader.section(f"{VARIABLE}.{name}", top.get(name), model, rules)
+        for name, (model, rules) in SECTIONS.items()
+    }
+    _check_bench(reader, sections["bench"], top.get("bench"))
+    return ClusterSettings(**reader.values(VARIABLE, top, TOP_RULES), **sections)
+
+
+def field_names(model: type) -> set[str]:
+    """The fields of a settings dataclass (a test holds every rule table to its model)."""
+    return {f.name for f in fields(model)}

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clusterkit.errors import InventoryError
 from clusterkit.inventory.model import Inventory
 from clusterkit.net.ifname import InterfaceChoice, choose_interface
 
@@ -46,37 +45,15 @@ class NetworkOptions:
     def from_inventory(cls, inventory: Inventory) -> NetworkOptions:
         settings = inventory.settings
         master = inventory.master
-        raw = settings.raw.get("network") or {}
-        where = inventory.path or "inventory"
-        if not isinstance(raw, dict):
-            raise InventoryError(where, "must be a mapping", key="clusterkit.network")
-        extra = raw.get("extra_ports") or []
-        if not isinstance(extra, list) or not all(_is_port(port) for port in extra):
-            raise InventoryError(
-                where,
-                f"must be a list of TCP ports 1-65535, got {extra!r}",
-                key="clusterkit.network.extra_ports",
-            )
-        timeout = raw.get("connect_timeout", 3.0)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise InventoryError(
-                where,
-                f"must be a positive number of seconds, got {timeout!r}",
-                key="clusterkit.network.connect_timeout",
-            )
         return cls(
             master_host=master.name,
             master_name=settings.master or master.address,
             master_port=settings.master_port,
             rdzv_port=settings.rdzv_port,
             interface=settings.interface,
-            extra_ports=tuple(int(port) for port in extra),
-            connect_timeout=float(timeout),
+            extra_ports=settings.network.extra_ports,
+            connect_timeout=settings.network.connect_timeout,
         )
-
-
-def _is_port(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
 
 
 def master_address(facts: dict[str, Any]) -> str | None:

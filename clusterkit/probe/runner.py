@@ -59,11 +59,10 @@ def probe_all(
     inventory: Inventory,
     deadline: Deadline,
     *,
-    options: dict[str, Any] | None = None,
     workers: int = 64,
     on_done: Callable[[str, str | None], None] | None = None,
 ) -> ProbeResults:
-    probe_options = {"timeout": 15, **(options or {})}
+    probe_options = inventory.settings.probe.options()
 
     def one(name: str) -> dict[str, Any]:
         try:

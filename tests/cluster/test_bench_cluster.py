@@ -112,6 +112,25 @@ def test_impossible_threshold_fails_with_its_source(cluster: NetCluster, tmp_pat
     assert_nothing_left(cluster)
 
 
+def test_sweep_timeout_and_threshold_come_from_the_inventory(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """No sweep flag: `clusterkit bench` runs clusterkit.bench, as `check`'s bench stage does."""
+    settings = {**SWEEP, "maxbytes": "1M", "min_busbw": 1e6, "timeout": 120}
+    path = _inventory(cluster, tmp_path, bench=settings)
+    argv = [
+        sys.executable, "-m", "clusterkit", "bench", str(path), "--backend", "gloo",
+        "--nproc-per-node", "1", "--ssh-config", "/dev/null", "--format", "json",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    result = json.loads(done.stdout)["details"]["bench"]["result"]
+    assert [row["size"] for row in result["results"]] == [256 * 1024, 512 * 1024, 1024 * 1024]
+    assert result["config"]["iters"] == 10
+    assert result["gate"]["threshold_source"] == "inventory"
+    assert_nothing_left(cluster)
+
+
 def test_inventory_threshold_is_used_and_reported(cluster: NetCluster, tmp_path: Path) -> None:
     outcome = _launch(_inventory(cluster, tmp_path, bench={"min_busbw": 1e6}), 120)
     assert _by_id(outcome)["bench.busbw"].status is Status.FAIL

@@ -22,8 +22,14 @@ def check_json(inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+# The bench stage runs the inventory's sweep: `clusterkit bench` reads the same settings.
+SWEEP = {"minbytes": "256K", "maxbytes": "1M", "iters": 5, "warmup_iters": 1}
+
+
 def test_healthy_cluster_passes_every_stage(cluster: NetCluster, tmp_path: Path) -> None:
-    inventory = cluster.inventory(tmp_path / "inv.yaml", nodes=cluster.nodes[:3])
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml", nodes=cluster.nodes[:3], clusterkit={"bench": SWEEP}
+    )
     status, report = check_json(inventory)
     bad = [f for f in report["findings"] if f["status"] in ("fail", "error")]
     assert status == 0, bad
@@ -32,6 +38,7 @@ def test_healthy_cluster_passes_every_stage(cluster: NetCluster, tmp_path: Path)
     assert {"net.mesh", "net.rendezvous", "bench.busbw", "bench.correctness"} <= ids
     result = report["details"]["bench"]["result"]
     assert len({device["host"] for device in result["devices"]}) == 3  # one rank per node
+    assert [row["size"] for row in result["results"]] == [256 * 1024, 512 * 1024, 1024 * 1024]
     assert all(not node.processes() for node in cluster.nodes)
 
 

@@ -126,8 +126,17 @@ def assert_same_as_ansible(
 def test_cluster_settings_match_ansible_for_the_example(tmp_path: Path) -> None:
     example = REPO / "inventory.example.yaml"
     listing = json.loads(ansible_inventory(example, tmp_path).stdout)
-    for hostvars in listing["_meta"]["hostvars"].values():
-        assert hostvars["clusterkit"] == load_inventory(example).settings.raw
+    inventory = load_inventory(example)
+    for name, hostvars in listing["_meta"]["hostvars"].items():
+        assert hostvars["clusterkit"] == inventory.host(name).vars["clusterkit"]
+    theirs, ours = hostvars["clusterkit"], inventory.settings
+    assert (ours.master, ours.master_port, ours.rdzv_port) == (
+        theirs["master"],
+        theirs["master_port"],
+        theirs["rdzv_port"],
+    )
+    assert (ours.interface, ours.image) == (theirs["interface"], theirs["image"])
+    assert ours.expect.gpus_per_node == theirs["expect"]["gpus_per_node"]
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)

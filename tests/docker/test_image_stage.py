@@ -59,7 +59,7 @@ def _stage(image: str, hosts: dict[str, str], drivers=None, run_args=None):
         path=None,
         hosts=tuple(Host(name=name, address=name, connection="local") for name in hosts),
         settings=ClusterSettings(
-            image=image, raw={} if run_args is None else {"image_run_args": run_args}
+            image=image, image_run_args=None if run_args is None else tuple(run_args)
         ),
     )
     findings, facts = run_image_stage(
@@ -140,7 +140,7 @@ def test_driver_below_the_floor_and_runtime_flags_that_break_nccl(
         hosts=(Host(name="node-a", address="node-a", connection="local"),),
         settings=ClusterSettings(
             image=built_cpu_image.reference,
-            raw={"image_run_args": ["--shm-size", "64m", "--network", "none"]},
+            image_run_args=("--shm-size", "64m", "--network", "none"),
         ),
     )
     findings, facts = run_image_stage(

@@ -88,7 +88,7 @@ def _resolve(**overrides):
     arguments = {
         "flag": None,
         "environ": {},
-        "inventory_bench": None,
+        "inventory_min_busbw": None,
         "fabric": gate.detect_fabric({"n1": _node()}),
         "backend": "nccl",
     }
@@ -98,12 +98,14 @@ def _resolve(**overrides):
 
 def test_precedence_flag_env_inventory_fabric() -> None:
     environ = {"NCCL_TESTS_MIN_BW": "100"}
-    inventory = {"min_busbw": 50}
-    assert _resolve(flag=7.0, environ=environ, inventory_bench=inventory).source == "--min-busbw"
-    from_env = _resolve(environ=environ, inventory_bench=inventory)
+    inventory = 50.0
+    assert _resolve(flag=7.0, environ=environ, inventory_min_busbw=inventory).source == (
+        "--min-busbw"
+    )
+    from_env = _resolve(environ=environ, inventory_min_busbw=inventory)
     assert from_env.source == "NCCL_TESTS_MIN_BW"
     assert from_env.value == pytest.approx(90.0)  # the nccl-tests 0.9 rule
-    from_inventory = _resolve(inventory_bench=inventory)
+    from_inventory = _resolve(inventory_min_busbw=inventory)
     assert (from_inventory.source, from_inventory.value) == ("inventory", 50.0)
     assert _resolve().source == "fabric default"
 

@@ -105,3 +105,17 @@ def test_plain_text_when_piped_ends_with_the_verdict(tmp_path: Path) -> None:
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(("verdict: PASS (exit 0)", "verdict: FAIL (exit 1)"))
     assert "\x1b[" not in done.stdout  # no colour codes in a pipe
+
+
+@pytest.mark.parametrize("command", ["check", "bench", "cost"])
+def test_a_bad_setting_is_exit_2_at_load_before_any_connection(
+    tmp_path: Path, command: str
+) -> None:
+    """The host is unreachable: had the value been read after connecting, the exit would be 3."""
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "all:\n  hosts:\n    node1: {ansible_host: 192.0.2.1}\n"
+        "  vars:\n    clusterkit:\n      bench:\n        min_busbw: fast\n"
+    )
+    done = clusterkit(command, str(inventory))
+    assert_usage_error(done, f"{inventory}:7: clusterkit.bench.min_busbw", "'fast'", "GB/s")
