@@ -163,6 +163,44 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler="clusterkit.commands.check:run")
 
 
+def _add_node_check(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "node-check",
+        help="this node's own health checks, for Slurm's HealthCheckProgram or Prolog",
+        description="Run the single-node checks (GPU health, driver/CUDA, expected pins, "
+        "/dev/shm, memlock, clock, NCCL debug variables) on this machine, in well under a "
+        "second. Exit status as `check`.",
+    )
+    parser.add_argument(
+        "--settings",
+        default=None,
+        metavar="FILE",
+        help="YAML file with a `clusterkit:` mapping (expected pins), as in an inventory",
+    )
+    parser.add_argument(
+        "--slurm-drain",
+        action="store_true",
+        help="on failure drain this node (reason `clusterkit: <check ids>`); resume it once "
+        "it passes, only if clusterkit drained it",
+    )
+    parser.add_argument(
+        "--node-name",
+        default=None,
+        metavar="NAME",
+        help="Slurm's name for this node (default: $SLURMD_NODENAME, else hostname -s)",
+    )
+    parser.add_argument("--strict", action="store_true", help="warnings fail the verdict too")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="deadline for the probe (default: 30; Slurm kills a health check at 60)",
+    )
+    _add_report_options(parser)
+    parser.set_defaults(handler="clusterkit.commands.nodecheck:run")
+
+
 def _add_bench_gate_options(parser: argparse.ArgumentParser) -> None:
     """Bench options `check` shares with `bench`; `bench` adds the sweep flags."""
     group = parser.add_argument_group("bench")
@@ -417,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_add_check, _add_bench, _add_image, _add_cost, _add_provision):
+    for add in (_add_check, _add_node_check, _add_bench, _add_image, _add_cost, _add_provision):
         add(sub)
     return parser
 

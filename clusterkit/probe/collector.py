@@ -373,7 +373,9 @@ def collect_torch(options):
     # a CUDA build on a node with GPUs (the NCCL actually loaded, devices, arch list), or
     # when the inventory asks for it (clusterkit.probe.import_torch).
     cuda_build = bool(facts.get("cuda") or facts.get("hip"))
-    if options.get("import_torch") or (cuda_build and options.get("gpus_present")):
+    # (never for node-check: a health check must answer in well under a second).
+    wanted = cuda_build and options.get("gpus_present") and not options.get("no_torch_import")
+    if options.get("import_torch") or wanted:
         try:
             facts.update(json.loads(run_tool([sys.executable, "-c", TORCH_SNIPPET], 60)))
             facts["imported"] = True

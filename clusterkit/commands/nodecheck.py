@@ -1,0 +1,70 @@
+"""`clusterkit node-check`: this node's own static checks, fast enough for Slurm's
+HealthCheckProgram or Prolog; with --slurm-drain, the node drains itself on failure and is
+resumed once it passes (only when clusterkit drained it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from clusterkit.checks import static_findings
+from clusterkit.checks.model import Finding, Status
+from clusterkit.errors import TransportError
+from clusterkit.inventory.model import ClusterSettings
+from clusterkit.probe.runner import probe_host
+from clusterkit.report import Report, emit
+from clusterkit.slurm import drain
+from clusterkit.slurm.target import load_settings
+from clusterkit.status import ExitStatus
+from clusterkit.transport.base import Deadline
+from clusterkit.transport.local import LocalTransport
+
+# Each tool the collector runs has its own 10 s bound; the whole stays under Slurm's 60 s
+# limit for a HealthCheckProgram.
+PROBE_OPTIONS = {"timeout": 15, "no_torch_import": True}
+
+
+def run(args: argparse.Namespace) -> ExitStatus:
+    started = time.monotonic()
+    settings = load_settings(args.settings)[0] if args.settings else ClusterSettings()
+    name = args.node_name or drain.local_node_name()
+    findings: list[Finding] = []
+    facts = {}
+    transport = LocalTransport(name)
+    try:
+        facts[name] = probe_host(
+            transport, sys.executable, PROBE_OPTIONS, Deadline.after(args.timeout)
+        )
+    except TransportError as error:
+        findings.append(Finding("probe.ran", Status.ERROR, f"{name}: {error.detail}", hosts=[name]))
+    # Parity needs several nodes: on one node it says nothing.
+    findings += [
+        finding
+        for finding in static_findings(facts, settings.expect, args.settings)
+        if not finding.id.startswith("parity.")
+    ]
+    report = Report(
+        command="node-check",
+        inventory=args.settings,
+        findings=findings,
+        hosts={name: {"address": "localhost", "reachable": True, "facts": facts.get(name)}},
+        stages={"probe": "ran"},
+        details={},
+        text_blocks={},
+        strict=args.strict,
+        seconds=time.monotonic() - started,
+    )
+    status = report.exit_status
+    if args.slurm_drain:
+        failing = [
+            f.id
+            for f in findings
+            if f.status in (Status.FAIL, Status.ERROR) or (args.strict and f.status is Status.WARN)
+        ]
+        action = drain.decide(drain.node_state(name), failing if status != 0 else [])
+        drain.apply(name, action)
+        report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
+        print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=sys.stderr)
+    emit(report, args.format, args.output)
+    return status

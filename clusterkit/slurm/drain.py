@@ -1,0 +1,101 @@
+"""Drain a node that fails its own check, and resume it once it passes, through scontrol.
+
+Only a drain clusterkit set (its reason starts with "clusterkit:") is ever lifted: a node an
+admin drained stays drained whatever clusterkit finds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from clusterkit.errors import ExternalToolError
+
+REASON_PREFIX = "clusterkit:"
+REASON_LIMIT = 200  # Slurm keeps the reason in its state; a long list of ids is cut
+SCONTROL_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class NodeState:
+    state: str  # e.g. IDLE, MIXED+DRAIN, DOWN+DRAIN
+    reason: str  # "" when none
+
+    @property
+    def draining(self) -> bool:
+        return "DRAIN" in self.state.split("+") or self.state.startswith("DRAIN")
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith(REASON_PREFIX)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "drain", "resume", "keep"
+    reason: str  # the drain reason, or why nothing is done
+
+
+def drain_reason(check_ids: list[str]) -> str:
+    reason = f"{REASON_PREFIX} {','.join(sorted(set(check_ids)))}"
+    return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
+
+
+def decide(node: NodeState, failing: list[str]) -> Action:
+    """What to do with the node given the check ids that failed on it (pure)."""
+    if failing:
+        reason = drain_reason(failing)
+        if node.draining and not node.ours:
+            return Action("keep", f"already drained by someone else ({node.reason or 'no reason'})")
+        if node.draining and node.reason == reason:
+            return Action("keep", f"already drained by clusterkit ({reason})")
+        return Action("drain", reason)
+    if node.draining and node.ours:
+        return Action("resume", f"passes again (was: {node.reason})")
+    if node.draining:
+        return Action("keep", f"drained by someone else ({node.reason or 'no reason'}): left alone")
+    return Action("keep", "passes")
+
+
+def local_node_name(env: Mapping[str, str] | None = None) -> str:
+    """Slurm's name for this node: SLURMD_NODENAME when Slurm set it, else `hostname -s`."""
+    env = os.environ if env is None else env
+    return env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def _scontrol(*args: str) -> str:
+    tool = shutil.which("scontrol")
+    if tool is None:
+        raise ExternalToolError("--slurm-drain: scontrol not found (install the Slurm client)")
+    try:
+        done = subprocess.run(
+            [tool, *args], capture_output=True, text=True, timeout=SCONTROL_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise ExternalToolError(
+            f"--slurm-drain: scontrol {args[0]} did not answer in {SCONTROL_SECONDS:g} s"
+        ) from None
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise ExternalToolError(f"--slurm-drain: scontrol {' '.join(args[:2])} failed: {detail}")
+    return done.stdout
+
+
+def node_state(name: str) -> NodeState:
+    text = _scontrol("show", "node", name, "-o")
+    state = re.search(r"(?:^|\s)State=(\S+)", text)
+    reason = re.search(r"(?:^|\s)Reason=(.*?)(?: \[[^\]]*\])?(?:\s+\w+=|$)", text)
+    if state is None:
+        raise ExternalToolError(f"--slurm-drain: Slurm does not know node {name!r}")
+    return NodeState(state.group(1), reason.group(1).strip() if reason else "")
+
+
+def apply(name: str, action: Action) -> None:
+    if action.kind == "drain":
+        _scontrol("update", f"nodename={name}", "state=drain", f"reason={action.reason}")
+    elif action.kind == "resume":
+        _scontrol("update", f"nodename={name}", "state=resume")
