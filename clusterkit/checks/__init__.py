@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clusterkit.checks.health import environment_findings, gpu_findings
+from clusterkit.checks.health import environment_findings, gpu_findings, gpu_presence_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import Facts, parity_findings
 from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
@@ -28,6 +28,7 @@ def static_findings(
         lambda: torch_findings(facts),
         lambda: driver_cuda_findings(facts, remedy),
         lambda: gpu_findings(facts, remedy),
+        lambda: gpu_presence_findings(facts, expect, remedy),
         lambda: environment_findings(facts, remedy),
     ]
     return [finding for check in checks for finding in check()]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, section
+from clusterkit.inventory.model import Expectations
 
 Remedy = Callable[[str, list[str]], "str | None"]
 GIB = 1024**3
@@ -106,6 +107,39 @@ def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
         )
     )
     return findings
+
+
+def gpu_presence_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> list[Finding]:
+    """A node without NVIDIA GPUs runs CPU (gloo) jobs only: say so, unless the inventory
+    says that is the plan (clusterkit.expect.gpus_per_node: 0)."""
+    if expect.gpus_per_node == 0:
+        return [
+            Finding(
+                "gpu.present",
+                Status.SKIP,
+                "not checked: the inventory expects no GPUs (gpus_per_node: 0)",
+            )
+        ]
+    # Hosts whose GPU collector answered; a failed nvidia-smi is gpu.nvidia-smi's finding.
+    answered = {h: section(f, "gpus") for h, f in facts.items() if section(f, "gpus")}
+    without = {
+        h: gpus.get("reason") or "nvidia-smi lists no GPU"
+        for h, gpus in answered.items()
+        if not gpus.get("count")
+    }
+    return [
+        _per_host(
+            "gpu.present",
+            Status.WARN,
+            without,
+            "no NVIDIA GPU, so only CPU (gloo) jobs can run",
+            ok="every node has NVIDIA GPUs",
+            checked=list(answered),
+            remedy=remedy("nvidia", list(without))
+            or "install the NVIDIA driver, or set clusterkit.expect.gpus_per_node: 0 for a "
+            "CPU cluster",
+        )
+    ]
 
 
 def _positive(value: object) -> bool:

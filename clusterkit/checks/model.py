@@ -54,7 +54,10 @@ def over_hosts(
     remedy: str | None = None,
 ) -> Finding:
     """The one shape of a check over many hosts: OK on every checked host, or `status` on the
-    hosts in `bad` (host -> what was found there, which becomes the finding's `found`)."""
+    hosts in `bad` (host -> what was found there, which becomes the finding's `found`).
+    Over no host at all it is skipped: nothing checked is never an OK."""
+    if not checked and not bad:
+        return Finding(check_id, Status.SKIP, "not checked: no host reported facts")
     if not bad:
         return Finding(
             check_id, Status.OK, ok, hosts=list(checked), expected=expected, found=expected

@@ -103,6 +103,8 @@ def _cuda_pin(facts: Facts, wanted: str) -> Finding:
 
 
 def torch_findings(facts: Facts) -> list[Finding]:
+    if not facts:
+        return [Finding("torch.present", Status.SKIP, "not checked: no host reported facts")]
     missing = {}
     broken = {}
     for host, f in facts.items():

@@ -30,13 +30,17 @@ def host_rows(report: Report) -> list[tuple[str, ...]]:
     rows = []
     for name, host in report.hosts.items():
         facts = host.get("facts") or {}
+        state = "ok" if host.get("reachable") and facts else (host.get("error") or "no facts")
+        if not facts:  # never reached or probed: nothing is known, nothing is "missing"
+            rows.append((name, str(host.get("address") or ""), state, *["?"] * 5))
+            continue
         gpus = section(facts, "gpus")
         torch = section(facts, "torch")
         rows.append(
             (
                 name,
                 str(host.get("address") or ""),
-                "ok" if host.get("reachable") and facts else (host.get("error") or "no facts"),
+                state,
                 f"{gpus.get('count', 0)}" if gpus else "?",
                 gpus.get("driver") or "-",
                 (torch.get("version") or "-") if torch.get("present") else "missing",

@@ -54,7 +54,7 @@ def test_healthy_cluster_every_check_ok() -> None:
         "parity.driver", "parity.cuda-driver", "parity.gpu-model", "parity.gpu-count",
         "parity.torch", "parity.torch-cuda", "parity.nccl", "parity.python", "parity.kernel",
         "torch.present", "compat.driver-cuda", "gpu.nvidia-smi", "gpu.ecc", "gpu.persistence",
-        "env.shm", "env.memlock", "env.clock", "env.nccl-debug-vars",
+        "gpu.present", "env.shm", "env.memlock", "env.clock", "env.nccl-debug-vars",
     }  # fmt: skip
     assert {f.id: f.status for f in findings.values() if f.status is not Status.OK} == {}
     assert findings["parity.nccl"].expected == "2.21.5"
@@ -81,6 +81,35 @@ def test_recorded_local_machine_without_gpus() -> None:
     assert "no host has NVIDIA GPUs" in findings["gpu.ecc"].message
     assert findings["parity.driver"].status is Status.SKIP
     assert findings["torch.present"].status is Status.OK
+    assert findings["gpu.present"].status is Status.WARN  # a CPU machine: say what it can run
+    assert "only CPU (gloo) jobs" in findings["gpu.present"].message
+    assert "nvidia-smi not found on localhost" in findings["gpu.present"].message
+
+
+def test_a_node_without_gpus_warns_unless_the_inventory_expects_none() -> None:
+    hosts = healthy(2)
+    hosts["node3"] = facts("probe-local-cpu")
+    finding = run(hosts)["gpu.present"]
+    assert (finding.status, finding.hosts) == (Status.WARN, ["node3"])
+    assert finding.remedy.endswith("--tags nvidia --limit node3")
+    hosts["node3"]["gpus"] = {"present": True, "count": 0, "devices": [], "driver": "550.54.15"}
+    assert run(hosts)["gpu.present"].hosts == ["node3"]  # a driver, but no GPU listed
+    assert run(healthy(2))["gpu.present"].status is Status.OK
+    cpu = {"n1": facts("probe-local-cpu"), "n2": facts("probe-local-cpu")}
+    finding = run(cpu, Expectations(gpus_per_node=0))["gpu.present"]
+    assert finding.status is Status.SKIP and "gpus_per_node: 0" in finding.message
+
+
+def test_no_check_is_ok_over_zero_hosts() -> None:
+    """0 of N hosts reached: every check is skipped with the reason, none says OK."""
+    pins = Expectations(gpus_per_node=8, driver=">=550", torch="2.5.1", nccl="2.21", cuda="12.4")
+    findings = static_findings({}, pins, INVENTORY)
+    assert findings
+    assert {f.status for f in findings} == {Status.SKIP}, [
+        (f.id, f.status) for f in findings if f.status is not Status.SKIP
+    ]
+    assert {"expect.gpus_per_node", "expect.cuda", "torch.present"} <= {f.id for f in findings}
+    assert all(f.message for f in findings)
 
 
 # -- parity ---------------------------------------------------------------------------------

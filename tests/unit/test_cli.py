@@ -119,3 +119,36 @@ def test_a_bad_setting_is_exit_2_at_load_before_any_connection(
     )
     done = clusterkit(command, str(inventory))
     assert_usage_error(done, f"{inventory}:7: clusterkit.bench.min_busbw", "'fast'", "GB/s")
+
+
+def _refused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again: connecting is refused
+
+
+def test_no_host_reached_gives_no_ok_and_no_torch_missing(tmp_path: Path) -> None:
+    """0 of 2 hosts reached: pins and torch.present are skipped with the reason (no JUnit
+    passes), the exit status is incomplete, and the hosts table claims nothing about torch."""
+    port = _refused_port()
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "all:\n  hosts:\n"
+        f"    a: {{ansible_host: 127.0.0.1, ansible_port: {port}}}\n"
+        f"    b: {{ansible_host: 127.0.0.1, ansible_port: {port}}}\n"
+        "  vars:\n    clusterkit:\n      expect: {torch: 2.5.1, gpus_per_node: 8, cuda: '12.4'}\n"
+    )
+    done = clusterkit("check", str(inventory), "--format", "json", *STATIC_ONLY)
+    assert done.returncode == 3, done.stderr
+    report = json.loads(done.stdout)
+    assert report["counts"]["ok"] == 0, [f for f in report["findings"] if f["status"] == "ok"]
+    skipped = {f["id"]: f["message"] for f in report["findings"] if f["status"] == "skip"}
+    assert {"expect.torch", "expect.gpus_per_node", "expect.cuda", "torch.present"} <= set(skipped)
+    assert all("not checked" in skipped[i] for i in ("expect.torch", "torch.present"))
+    junit = clusterkit("check", str(inventory), "--format", "junit", *STATIC_ONLY).stdout
+    assert "<system-out>OK" not in junit
+    text = clusterkit("check", str(inventory), *STATIC_ONLY).stdout
+    rows = [line for line in text.splitlines() if line.strip().startswith(("a ", "b "))]
+    assert len(rows) == 2 and not any("missing" in row for row in rows), text

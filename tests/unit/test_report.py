@@ -173,3 +173,19 @@ def test_emit_writes_the_format_to_the_output_file(tmp_path, capsys) -> None:
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("verdict: FAIL (exit 1)")
+
+
+def test_hosts_table_says_nothing_about_a_host_never_reached() -> None:
+    """An unreachable host has no facts: its row is unknown ("?"), never "torch missing"."""
+    from clusterkit.report.text import HOST_COLUMNS, host_rows
+
+    report = sample_report()
+    report.hosts["n1"]["facts"] = {"torch": {"present": False}, "gpus": {"count": 0}}
+    rows = {row[0]: dict(zip(HOST_COLUMNS, row)) for row in host_rows(report)}
+    assert rows["n3"]["state"] == "refused: x"
+    assert {rows["n3"][c] for c in HOST_COLUMNS[3:]} == {"?"}
+    assert rows["n1"]["torch"] == "missing"  # reached, and really without torch
+    stream = io.StringIO()
+    render_plain(report, stream)
+    n3 = next(line for line in stream.getvalue().splitlines() if line.strip().startswith("n3"))
+    assert "missing" not in n3
