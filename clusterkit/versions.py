@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 _NUMBER = re.compile(r"\d+")
-_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<|~=)?\s*([0-9][0-9A-Za-z.+\-]*)\s*$")
 
 
 def parse_version(text: str | None) -> tuple[int, ...] | None:
@@ -30,42 +32,67 @@ def compare(left: str, right: str) -> int:
     return (a > b) - (a < b)
 
 
+# NVIDIA's NGC containers ship torch built from a commit ahead of a release and call it an
+# alpha of it: "2.5.0a0+872d972e41" is what the 24.xx images hold where 2.5.0 is meant. As a
+# PEP 440 pre-release it would satisfy no plain pin (not even ">=2.4"), so a version of exactly
+# that shape, alpha 0 with a local label, is read as the release it precedes (2.5.0+872d972e41).
+_NGC_BUILD = re.compile(r"^(?P<release>\d+(?:\.\d+)*)a0\+(?P<local>[A-Za-z0-9][A-Za-z0-9.]*)$")
+_OPERATOR = re.compile(r"^\s*(===|==|!=|~=|>=|<=|>|<)?\s*(.*?)\s*$")
+
+
+def as_version(text: str | None) -> Version | None:
+    """A reported version as PEP 440 sees it (with the NGC exception), None when it is not
+    one (a missing tool, "N/A")."""
+    if text is None:
+        return None
+    cleaned = str(text).strip()
+    ngc = _NGC_BUILD.match(cleaned)
+    if ngc:
+        cleaned = f"{ngc['release']}+{ngc['local']}"
+    try:
+        return Version(cleaned)
+    except InvalidVersion:
+        return None
+
+
 @dataclass(frozen=True)
 class Constraint:
-    """A pin like '>=550', '12.4', '==2.5.1' or '>=2.4,<2.6'.
-
-    A bare version matches at its own precision: '550' matches driver 550.54.15 and
-    '2.5.1' matches torch 2.5.1+cu124 (a local label is ignored unless the pin has one).
+    """A pin: PEP 440 specifiers (`>=550`, `==2.5.*`, `~=2.4`, `>=2.4,<2.6`) via `packaging`,
+    plus a bare version, which matches at its own precision: `550` is `==550.*` (driver
+    550.54.15 matches), `2.5.1` matches torch 2.5.1+cu124, and a bare version with a local label
+    (`2.5.1+cu124`) must match exactly. A pre-release or dev build (2.6.0rc1, 2.6.0.dev0)
+    satisfies only a pin that names a pre-release; NGC's `X.Y.Za0+local` builds count as X.Y.Z.
     """
 
     text: str
+    specifiers: SpecifierSet = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for clause in self.text.split(","):
-            if not _CLAUSE.match(clause):
-                raise ValueError(f"not a version constraint: {self.text!r}")
+        clauses = [self._clause(part) for part in self.text.split(",")]
+        specifiers = SpecifierSet(",".join(clauses))
+        object.__setattr__(self, "specifiers", specifiers)
+
+    def _clause(self, part: str) -> str:
+        match = _OPERATOR.match(part)
+        operator, version = (match[1], match[2]) if match else (None, "")
+        # PEP 440 tolerates a leading "v"; a pin is clearer without one.
+        if not version[:1].isdigit():
+            raise ValueError(f"not a version constraint: {self.text!r}")
+        if operator is None:  # a bare version: at its own precision, or exact with a label
+            operator = "=="
+            if "+" not in version and not version.endswith(".*"):
+                version += ".*"
+        try:
+            return str(Specifier(f"{operator}{version}"))
+        except InvalidSpecifier:
+            raise ValueError(f"not a version constraint: {self.text!r}") from None
 
     def matches(self, value: str | None) -> bool:
-        if value is None:
+        version = as_version(value)
+        if version is None:
             return False
-        return all(self._clause(clause, str(value)) for clause in self.text.split(","))
-
-    @staticmethod
-    def _clause(clause: str, value: str) -> bool:
-        match = _CLAUSE.match(clause)
-        assert match is not None
-        op, wanted = match.group(1) or "=", match.group(2)
-        if op in ("=", "==", "~="):
-            if "+" in wanted and op != "~=":
-                return value == wanted
-            want, have = parse_version(wanted) or (), parse_version(value) or ()
-            if op == "~=":  # compatible release: same prefix, not older
-                return have[: len(want) - 1] == want[:-1] and compare(value, wanted) >= 0
-            return have[: len(want)] == want
-        if op == "!=":
-            return not Constraint._clause(f"=={wanted}", value)
-        order = compare(value, wanted)
-        return {">=": order >= 0, "<=": order <= 0, ">": order > 0, "<": order < 0}[op]
+        named_pre = any(spec.prereleases for spec in self.specifiers)
+        return self.specifiers.contains(version, prereleases=named_pre)
 
 
 @cache

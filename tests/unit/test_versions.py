@@ -43,15 +43,42 @@ TABLE = resources.files("clusterkit.data").joinpath("cuda_driver.json")
         # exclusions
         ("!=2.5.0", "2.5.1", True),
         ("!=2.5.0", "2.5.0+cu124", False),
-        ("!=2.5", "2.5.1", False),
+        ("!=2.5", "2.5.1", True),  # PEP 440: != excludes that version, 2.5.0
+        ("!=2.5.*", "2.5.1", False),  # ... and a prefix excludes the series
+        ("!=2.5.*", "2.6.0", True),
         # compatible release
         ("~=2.4.0", "2.4.1", True),
         ("~=2.4.0", "2.5.0", False),
         ("~=2.4", "2.9.1", True),
         ("~=2.4", "3.0", False),
         ("~=2.4.1", "2.4.0", False),
-        # pre-releases compare by their release numbers
-        (">=2.5", "2.5.0rc1", True),
+        # prefix matching (PEP 440 `.*`)
+        ("==2.5.*", "2.5.1+cu124", True),
+        ("==2.5.*", "2.5.0", True),
+        ("==2.5.*", "2.6.0", False),
+        ("==2.5.*", "2.50.0", False),
+        ("550.*", "550.54.15", True),
+        # a pre-release or dev build satisfies only a pin that names a pre-release
+        (">=2.6", "2.6.0.dev0", False),
+        (">=2.6", "2.6.0rc1", False),
+        (">=2.5", "2.6.0rc1", False),
+        ("<2.6", "2.6.0.dev0", False),
+        ("2.6", "2.6.0rc1", False),
+        (">=2.6rc1", "2.6.0rc2", True),
+        (">=2.6.0.dev0", "2.6.0.dev3", True),
+        # NGC's X.Y.Za0+commit builds count as the release X.Y.Z
+        (">=2.4", "2.5.0a0+872d972e41", True),
+        (">=2.5", "2.5.0a0+872d972e41", True),
+        ("2.5.0", "2.5.0a0+872d972e41", True),
+        ("==2.5.*", "2.5.0a0+872d972e41", True),
+        ("<2.5", "2.5.0a0+872d972e41", False),
+        ("2.5.0+cu124", "2.5.0a0+872d972e41", False),
+        # ... that exact shape only: a later alpha, or one without a local label, is not
+        (">=2.5", "2.5.0a1+872d972e41", False),
+        (">=2.5", "2.5.0a0", False),
+        # values that are not versions match nothing
+        (">=0", "N/A", False),
+        ("550", "", False),
     ],
 )
 def test_constraint_semantics(pin: str, value: str, ok: bool) -> None:
@@ -62,7 +89,10 @@ def test_nothing_matches_a_missing_value() -> None:
     assert Constraint(">=0").matches(None) is False
 
 
-@pytest.mark.parametrize("pin", ["", "latest", ">=", "550 or 555", ">=2.4;<2.6", "=>550", "v2.5"])
+@pytest.mark.parametrize(
+    "pin",
+    ["", "latest", ">=", "550 or 555", ">=2.4;<2.6", "=>550", "v2.5", ">=v2.5", ">=2.5.*", "2.*.1"],
+)
 def test_malformed_constraints_are_rejected(pin: str) -> None:
     with pytest.raises(ValueError, match="not a version constraint"):
         Constraint(pin)
