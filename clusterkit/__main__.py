@@ -9,11 +9,13 @@ from clusterkit.status import ExitStatus
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from clusterkit import cli
+    from clusterkit import cli, logs
     from clusterkit.errors import ClusterkitError
 
     try:
-        return int(cli.dispatch(cli.parse(argv)))
+        args = cli.parse(argv)
+        logs.configure(args.verbose)  # the only place logging is set up
+        return int(cli.dispatch(args))
     except ClusterkitError as error:
         print(f"clusterkit: error: {error}", file=sys.stderr)
         return int(error.exit_status)

@@ -442,7 +442,11 @@ def _add_provision(sub: argparse._SubParsersAction) -> None:
         help="passed to ansible-playbook -e (repeatable), e.g. shm_size=64g",
     )
     parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="ansible-playbook verbosity (-vvv)"
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="ansible-playbook verbosity (-vvv); -vv also shows clusterkit's debug logs",
     )
     parser.set_defaults(handler="clusterkit.commands.provision:run")
 
@@ -457,11 +461,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for add in (_add_check, _add_node_check, _add_bench, _add_image, _add_cost, _add_provision):
         add(sub)
+    _add_verbosity(parser)
     return parser
+
+
+def _add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """-v / -vv on this parser and every command below it (where -v is not taken already:
+    `provision -v` also raises ansible-playbook's verbosity)."""
+    if "-v" not in parser._option_string_actions:
+        parser.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            default=argparse.SUPPRESS,  # a command's absent -v must not undo `clusterkit -v`
+            help="more on stderr: -v clusterkit's progress, -vv debug logs of every library",
+        )
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_verbosity(child)
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
+    args.verbose = getattr(args, "verbose", 0)
     if args.command is None:
         raise UsageError("clusterkit: no command given", hint="try `clusterkit check`")
     return args

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +23,8 @@ from clusterkit.transport.hostkeys import HostKeyVerifier
 from clusterkit.transport.local import LocalTransport
 from clusterkit.transport.pool import parallel
 from clusterkit.transport.ssh import SSHTransport, open_client
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -112,12 +116,15 @@ def connect_all(
     config = load_ssh_config(options.ssh_config)
 
     def attempt(host: Host) -> Transport:
+        started = time.monotonic()
         try:
             transport = connect_host(host, options, config)
         except TransportError as error:
+            log.info("%s: not connected (%s): %s", host.name, error.kind, error.detail)
             if on_done:
                 on_done(host.name, error)
             raise
+        log.info("%s: connected in %.2f s", host.name, time.monotonic() - started)
         if on_done:
             on_done(host.name, None)
         return transport

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import select
 import socket
 import threading
@@ -24,6 +25,8 @@ from clusterkit.transport.endpoint import Endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier
 from clusterkit.transport.pool import register_cancellable
 
+log = logging.getLogger(__name__)
+
 _CHUNK = 65536
 _KILL_SECONDS = 5.0
 
@@ -43,6 +46,7 @@ def _classify(host: str, where: str, error: BaseException, deadline: Deadline) -
     """Turn a socket/paramiko exception into a TransportError with a next step."""
     if isinstance(error, TransportError):
         return error
+    log.debug("%s: connecting to %s failed", host, where, exc_info=error)
     if isinstance(error, paramiko.BadHostKeyException):
         return TransportError(host, "hostkey-changed", f"host key for {where} has changed")
     if isinstance(error, (paramiko.AuthenticationException, paramiko.PasswordRequiredException)):
@@ -75,7 +79,15 @@ def _classify(host: str, where: str, error: BaseException, deadline: Deadline) -
             f"no answer from {where} within the connect deadline",
             hint="the host is down, or a firewall drops SSH packets",
         )
-    return TransportError(host, "protocol", f"SSH to {where} failed: {error or type(error)}")
+    if isinstance(error, EOFError):
+        return TransportError(
+            host,
+            "protocol",
+            f"SSH to {where} failed: the server closed the connection during the handshake",
+            hint="is that port an SSH server, and does it accept this client?",
+        )
+    what = str(error) or type(error).__name__
+    return TransportError(host, "protocol", f"SSH to {where} failed: {what}")
 
 
 def open_client(
@@ -172,6 +184,7 @@ class SSHTransport:
     ) -> SSHProcess:
         started = time.monotonic()
         by = start_by or deadline
+        log.debug("%s: run %s (%.0f s left)", self.host, argv[0], deadline.remaining())
         channel = self._open_channel(by)
         try:
             self._exec(channel, remote_command(argv, deadline.remaining()), by)
@@ -287,6 +300,13 @@ class SSHProcess(PumpedProcess):
                 not exited,
                 self._truncated,
                 time.monotonic() - self._started,
+            )
+            log.debug(
+                "%s: exit %s after %.2f s%s",
+                self.host,
+                exit_code,
+                self._result.duration,
+                " (deadline: process group killed)" if not exited else "",
             )
             return self._result
         finally:
