@@ -240,11 +240,23 @@ def evaluate(
         "slowest_host": str(slowest.get("host", "")),
         "threshold": threshold,
     }
-    if busbw is None:
+    if busbw is None or _ranks(result) == 1:  # nccl-tests prints 0.00 for one rank
+        common.update(busbw=None, mean_busbw=None)
         return Verdict(None, reason="one rank: bus bandwidth does not apply", **common)
     if threshold.value is None:
         return Verdict(None, reason="no threshold: reported only", **common)
     return Verdict(busbw >= threshold.value, **common)
+
+
+def _ranks(result: Mapping[str, Any]) -> int | None:
+    ranks = result.get("world_size")
+    return int(ranks) if ranks is not None else len(result.get("devices") or []) or None
+
+
+def _wrong_elements(row: Mapping[str, Any]) -> int:
+    """Wrong elements of one size, out of place and in place (a block may be absent)."""
+    places = (row.get("out_of_place"), row.get("in_place"))
+    return sum(max(0, (place or {}).get("nwrong") or 0) for place in places)
 
 
 def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
@@ -286,13 +298,13 @@ def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
 
 
 def correctness_finding(result: Mapping[str, Any], hosts: list[str]) -> Finding:
-    wrong = [r for r in result["results"] if (r["in_place"].get("nwrong") or 0) > 0]
+    wrong = [r for r in result["results"] if _wrong_elements(r) > 0]
     if not wrong:
         checked = result.get("config", {}).get("validation", 1)
         status = Status.OK if checked else Status.SKIP
         text = "every all_reduce result was correct" if checked else "not checked (-c 0)"
         return Finding("bench.correctness", status, text, hosts=hosts, stage=STAGE)
-    total = sum(r["in_place"]["nwrong"] for r in wrong)
+    total = sum(_wrong_elements(r) for r in wrong)
     sizes = ", ".join(_human_size(r["size"]) for r in wrong)
     return Finding(
         "bench.correctness",

@@ -8,7 +8,9 @@ the result as JSON (between framing markers with --frame, into a file with -J).
 
 Methodology (see docs/bench.md): every size is warmed up, then timed with a host clock
 around `iters` back-to-back all_reduce calls followed by a device synchronize, exactly like
-nccl-tests. torch's all_reduce is in place, so the out-of-place columns read N/A.
+nccl-tests, twice: out of place (separate input and output buffers: the input is copied into
+the output, which is then reduced, exactly what torch's functional all_reduce does) and in
+place (torch's dist.all_reduce). Both blocks are printed and averaged, as nccl-tests does.
 """
 
 from __future__ import annotations
@@ -90,18 +92,16 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: int, elem_bytes: int) -> 
     return sizes
 
 
-def bus_factor(ranks: int) -> float | None:
-    """all_reduce bus bandwidth factor 2(n-1)/n; None for one rank (not applicable)."""
-    if ranks < 2:
-        return None
-    return 2.0 * (ranks - 1) / ranks
+def bus_factor(ranks: int) -> float:
+    """all_reduce bus bandwidth factor 2(n-1)/n: 0 for one rank, which nccl-tests prints as
+    0.00 (the gate treats a one-rank run as "does not apply", see gate.evaluate)."""
+    return 2.0 * (ranks - 1) / ranks if ranks > 0 else 0.0
 
 
-def bandwidths(size_bytes: int, seconds: float, ranks: int) -> tuple[float, float | None]:
+def bandwidths(size_bytes: int, seconds: float, ranks: int) -> tuple[float, float]:
     """(algbw, busbw) in GB/s (1e9), as nccl-tests: algbw = S/t, busbw = algbw*2(n-1)/n."""
     algbw = size_bytes / seconds / 1e9 if seconds > 0 else 0.0
-    factor = bus_factor(ranks)
-    return algbw, (algbw * factor if factor is not None else None)
+    return algbw, algbw * bus_factor(ranks)
 
 
 # --- node-side plumbing -------------------------------------------------------------------
@@ -244,36 +244,73 @@ def _join(dist, backend: str, rank: int, world_size: int, timeout_s: float):
     return control
 
 
+def _timed(torch, dist, backend, op, iters):
+    """Seconds per op: one untimed op and a barrier, then `iters` back-to-back ops and a
+    device synchronize inside a host clock (nccl-tests' BenchTime)."""
+    op()
+    _synchronize(torch, backend)
+    dist.barrier()
+    _synchronize(torch, backend)
+    start = time.perf_counter()
+    for _ in range(iters):
+        op()
+    _synchronize(torch, backend)
+    return (time.perf_counter() - start) / iters
+
+
+def _wrong(torch, dist, backend, op, source, result, rank, expected, dtype):
+    """Elements of `result` that differ from n(n+1)/2 after reducing rank+1 everywhere."""
+    source.fill_(rank + 1)
+    op()
+    _synchronize(torch, backend)
+    target = torch.tensor(expected, device=result.device).to(dtype)
+    return int((result != target).sum().item())
+
+
 def _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size):
-    """Per size: warm up, time `iters` ops, then check one rank+1 filled op. Returns this
-    rank's seconds per op and wrong-element counts, one entry per size."""
+    """Per size: warm up, then time and check the out-of-place and the in-place all_reduce.
+    Returns this rank's {"out_of_place", "in_place"} -> (seconds per op, wrong elements),
+    one entry per size (wrong is -1 when not checked)."""
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
     expected = world_size * (world_size + 1) // 2
-    times: list[float] = []
-    wrong: list[int] = []
+    measured = {"out_of_place": ([], []), "in_place": ([], [])}
     for size in sizes:
         count = size // elem_bytes
-        buffer = torch.zeros(count, dtype=dtype, device=device)
+        source = torch.zeros(count, dtype=dtype, device=device)
+        output = torch.zeros(count, dtype=dtype, device=device)
+
+        def in_place(buffer=source):
+            dist.all_reduce(buffer)
+
+        def out_of_place(source=source, output=output):
+            output.copy_(source)
+            dist.all_reduce(output)
+
         for _ in range(args.warmup_iters):
-            dist.all_reduce(buffer)
-        _synchronize(torch, backend)
-        dist.barrier()
-        _synchronize(torch, backend)
-        start = time.perf_counter()
-        for _ in range(args.iters):
-            dist.all_reduce(buffer)
-        _synchronize(torch, backend)
-        times.append((time.perf_counter() - start) / args.iters)
-        if args.check:
-            buffer.fill_(rank + 1)
-            dist.all_reduce(buffer)
-            _synchronize(torch, backend)
-            target = torch.tensor(expected, device=device).to(dtype)
-            wrong.append(int((buffer != target).sum().item()))
-        else:
-            wrong.append(-1)
-        del buffer
-    return times, wrong
+            in_place()
+        for place, op, result in (
+            ("out_of_place", out_of_place, output),
+            ("in_place", in_place, source),
+        ):
+            times, wrong = measured[place]
+            source.zero_()  # a sum of zeros stays finite however many ops run
+            times.append(_timed(torch, dist, backend, op, args.iters))
+            if args.check:
+                wrong.append(
+                    _wrong(torch, dist, backend, op, source, result, rank, expected, dtype)
+                )
+            else:
+                wrong.append(-1)
+        del source, output
+    return measured
+
+
+def _place(size: int, times: list[float], wrongs: list[int], world_size: int) -> dict:
+    """One block of an nccl-tests row: the ranks' mean time (nccl-tests' default -a 1)."""
+    mean_time = sum(times) / len(times)
+    algbw, busbw = bandwidths(size, mean_time, world_size)
+    nwrong = -1 if any(w < 0 for w in wrongs) else sum(wrongs)
+    return {"time": mean_time * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": nwrong}
 
 
 def summarise(
@@ -284,18 +321,26 @@ def summarise(
     per_rank_times: list[list[float]],
     per_rank_wrong: list[list[int]],
     devices: list[dict],
+    per_rank_oop_times: list[list[float]] | None = None,
+    per_rank_oop_wrong: list[list[int]] | None = None,
 ) -> list[dict]:
-    """One nccl-tests JSON result per size (in-place columns; out-of-place not supported),
-    with the slowest rank's view added."""
+    """One nccl-tests JSON result per size, with the slowest rank's view (in place) added.
+    per_rank_*: [rank][size] seconds per op and wrong elements, in place; the out-of-place
+    pair likewise (out_of_place is None when it was not measured)."""
     results = []
     for index, size in enumerate(sizes):
         times = [rank_times[index] for rank_times in per_rank_times]
-        mean_time = sum(times) / len(times)
         slowest = max(range(len(times)), key=lambda r: times[r])
-        algbw, busbw = bandwidths(size, mean_time, world_size)
         slow_algbw, slow_busbw = bandwidths(size, times[slowest], world_size)
         wrongs = [rank_wrong[index] for rank_wrong in per_rank_wrong]
-        nwrong = -1 if any(w < 0 for w in wrongs) else sum(wrongs)
+        out_of_place = None
+        if per_rank_oop_times is not None and per_rank_oop_wrong is not None:
+            out_of_place = _place(
+                size,
+                [rank_times[index] for rank_times in per_rank_oop_times],
+                [rank_wrong[index] for rank_wrong in per_rank_oop_wrong],
+                world_size,
+            )
         results.append(
             {
                 "size": size,
@@ -303,13 +348,8 @@ def summarise(
                 "type": datatype,
                 "redop": "sum",
                 "root": -1,
-                "out_of_place": None,
-                "in_place": {
-                    "time": mean_time * 1e6,
-                    "alg_bw": algbw,
-                    "bus_bw": busbw,
-                    "nwrong": nwrong,
-                },
+                "out_of_place": out_of_place,
+                "in_place": _place(size, times, wrongs, world_size),
                 "slowest": {
                     "rank": slowest,
                     "host": devices[slowest]["host"],
@@ -357,13 +397,11 @@ def run(argv: list[str] | None = None) -> dict | None:
     dist.all_gather_object(devices, me, group=control)
     try:
         dtype = getattr(torch, torch_name)
-        times, wrong = _measure(
-            torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size
-        )
+        measured = _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size)
     except RuntimeError as error:
         raise BenchError("rank-failed", f"rank {rank} on {host}: {error}") from None
     gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, (times, wrong), group=control)
+    dist.all_gather_object(gathered, measured, group=control)
     dist.destroy_process_group()
     if rank != 0:
         return None
@@ -372,9 +410,11 @@ def run(argv: list[str] | None = None) -> dict | None:
         args.datatype,
         elem_bytes,
         world_size,
-        [entry[0] for entry in gathered],
-        [entry[1] for entry in gathered],
+        [entry["in_place"][0] for entry in gathered],
+        [entry["in_place"][1] for entry in gathered],
         devices,
+        [entry["out_of_place"][0] for entry in gathered],
+        [entry["out_of_place"][1] for entry in gathered],
     )
     return {
         "config": {
@@ -390,7 +430,7 @@ def run(argv: list[str] | None = None) -> dict | None:
             "op": "sum",
             "nThread": 1,
             "nGpus": 1,
-            "in_place_only": True,
+            "out_of_place": "input copied into a separate output buffer, then reduced",
         },
         "devices": devices,
         "results": results,
@@ -405,7 +445,14 @@ def run(argv: list[str] | None = None) -> dict | None:
 
 
 def _average_busbw(results: list[dict]) -> float | None:
-    values = [r["in_place"]["bus_bw"] for r in results if r["in_place"]["bus_bw"] is not None]
+    """The plain mean of busbw over every block printed (out of place and in place), as
+    nccl-tests' "Avg bus bandwidth"."""
+    values = [
+        place["bus_bw"]
+        for row in results
+        for place in (row.get("out_of_place"), row.get("in_place"))
+        if place is not None and place.get("bus_bw") is not None
+    ]
     return sum(values) / len(values) if values else None
 
 
@@ -433,9 +480,12 @@ _UNITS = (
 
 
 def _fmt_time(microseconds: float | None) -> str:
+    """nccl-tests' BenchTime: %7.0f from 10000 us, %7.1f from 100 us, else %7.2f."""
     if microseconds is None:
         return f"{'N/A':>7}"
-    return f"{microseconds:7.0f}" if microseconds >= 10000 else f"{microseconds:7.2f}"
+    if microseconds >= 10000:
+        return f"{microseconds:7.0f}"
+    return f"{microseconds:7.1f}" if microseconds >= 100 else f"{microseconds:7.2f}"
 
 
 def _fmt_bw(value: float | None) -> str:
@@ -481,8 +531,9 @@ def format_table(result: dict) -> str:
             + _fmt_place(row.get("out_of_place"))
             + _fmt_place(row.get("in_place"))
         )
-        nwrong = row["in_place"]["nwrong"]
-        wrong_total += nwrong if nwrong and nwrong > 0 else 0
+        for place in (row.get("out_of_place"), row["in_place"]):
+            nwrong = (place or {}).get("nwrong")
+            wrong_total += nwrong if nwrong and nwrong > 0 else 0
     average = result.get("average_bus_bandwidth")
     lines += [
         f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}",
@@ -522,7 +573,11 @@ def main(argv: list[str] | None = None) -> int:
     if frame:
         sys.stdout.write(FRAME_BEGIN + json.dumps(result) + FRAME_END)
     sys.stdout.flush()
-    wrong = sum(max(0, r["in_place"]["nwrong"]) for r in result["results"])
+    wrong = sum(
+        max(0, (place or {}).get("nwrong") or 0)
+        for r in result["results"]
+        for place in (r.get("out_of_place"), r["in_place"])
+    )
     return EXIT_FAILED if wrong else 0
 
 

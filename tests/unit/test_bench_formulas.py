@@ -48,14 +48,14 @@ def test_allreduce_busbw_factor() -> None:
     assert bus_factor(2) == 1.0
     assert bus_factor(4) == 1.5
     assert bus_factor(8) == pytest.approx(1.75)
-    assert bus_factor(1) is None  # one rank: not applicable
+    assert bus_factor(1) == 0.0  # one rank: nccl-tests prints 0.00
 
 
 def test_bandwidths_in_gigabytes_per_second() -> None:
     algbw, busbw = bandwidths(2_000_000_000, 1.0, 4)
     assert algbw == pytest.approx(2.0)
     assert busbw == pytest.approx(3.0)
-    assert bandwidths(1000, 1e-6, 1) == (pytest.approx(1.0), None)
+    assert bandwidths(1000, 1e-6, 1) == (pytest.approx(1.0), 0.0)
 
 
 def test_summary_uses_mean_time_for_the_row_and_names_the_slowest_rank() -> None:
@@ -68,8 +68,12 @@ def test_summary_uses_mean_time_for_the_row_and_names_the_slowest_rank() -> None
     assert row["in_place"]["alg_bw"] == pytest.approx(0.5)
     assert row["slowest"]["rank"] == 2 and row["slowest"]["host"] == "node3"
     assert row["slowest"]["bus_bw"] == pytest.approx(1_000_000 / 0.003 / 1e9 * 4 / 3)
-    assert row["out_of_place"] is None
+    assert row["out_of_place"] is None  # not measured: not invented
     assert row["count"] == 250_000
+    both = summarise([1_000_000], "float", 4, 2, [[0.001]] * 2, [[0]] * 2, devices[:2],
+                     [[0.002]] * 2, [[0], [1]])  # fmt: skip
+    assert both[0]["out_of_place"] == {"time": pytest.approx(2000.0), "alg_bw": 0.5,
+                                       "bus_bw": 0.5, "nwrong": 1}  # fmt: skip
 
 
 def test_wrong_elements_add_up_and_unchecked_is_minus_one() -> None:
