@@ -12,6 +12,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.probe.runner import probe_all
+from clusterkit.remedy import command_of, with_stage_fixes
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
 from clusterkit.status import ExitStatus
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
             ]
             findings += static_findings(probed.facts, inventory.settings.expect, inventory.path)
             details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
+            findings = with_stage_fixes(findings, inventory.path)
         finally:
             connections.close()
     report = Report(
@@ -280,10 +282,9 @@ def text_blocks(details: dict[str, Any]) -> dict[str, list[str]]:
 def print_fix_plan(report: Report) -> None:
     """The provisioning commands that fix the current findings, one per line, deduplicated."""
     commands = dict.fromkeys(
-        f.remedy
+        command
         for f in report.findings
-        if f.remedy
-        and f.remedy.startswith("clusterkit provision")
+        if (command := command_of(f.remedy))
         and f.status in (Status.FAIL, Status.WARN, Status.ERROR)
     )
     print("\nfix plan:" if commands else "\nfix plan: nothing a playbook can fix")

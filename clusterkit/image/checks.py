@@ -215,7 +215,7 @@ def _drivers(
                 hosts=[host],
                 expected=f">={requirement.full}",
                 found=driver,
-                remedy="upgrade the NVIDIA driver (playbook tag: driver)",
+                remedy="upgrade the NVIDIA driver (playbook tag: nvidia)",
             )
         )
     return out

@@ -1,0 +1,64 @@
+"""`clusterkit check --fix-plan` on real hosts: each broken thing a playbook can fix gets the
+exact provisioning command, limited to the hosts it concerns."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from clusterkit.remedy import TAGS
+from tests.support.netcluster import NetCluster
+
+
+def test_fix_plan_names_the_firewall_and_nvidia_commands(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    node1, node2, node3 = cluster.nodes[:3]
+    node3.iptables(
+        "-I", "INPUT", "-p", "tcp", "-s", node1.address, "--dport", "1024:65535", "-j", "REJECT",
+    )  # fmt: skip
+    node2.set_gpus(persistence=False)
+    inventory = cluster.inventory(tmp_path / "inv.yaml", nodes=[node1, node2, node3])
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip", "bench,image",
+         "--fix-plan"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    plan = done.stdout.split("fix plan:", 1)[1].strip().splitlines()
+    commands = [shlex.split(line) for line in plan]
+    by_tag = {argv[argv.index("--tags") + 1]: argv for argv in commands}
+    assert {"firewall", "nvidia"} <= set(by_tag), plan
+    for tag, argv in by_tag.items():
+        assert argv[:3] == ["clusterkit", "provision", str(inventory)] and tag in TAGS
+    assert by_tag["nvidia"][-2:] == ["--limit", "node2"]
+    firewall = {argv[-1] for argv in commands if "firewall" in argv}
+    assert any("node3" in limit.split(",") for limit in firewall), plan
+    # the JSON carries the same command as the finding's remedy, the by-hand way after it
+    report = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "clusterkit",
+                "check",
+                str(inventory),
+                "--skip",
+                "bench,image",
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        ).stdout
+    )
+    blocked = [f for f in report["findings"] if f["id"] == "net.firewall"]
+    assert blocked and blocked[0]["remedy"].startswith(
+        f"clusterkit provision {inventory} --tags firewall --limit node3"
+    )
+    assert "or by hand: " in blocked[0]["remedy"] and "iptables" in blocked[0]["remedy"]
