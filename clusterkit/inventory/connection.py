@@ -1,10 +1,11 @@
 """Ansible connection variables -> the connection fields of a Host.
 
 Aliases resolve like Ansible's ssh plugin (the later name in each list wins when both are set),
-ProxyJump / StrictHostKeyChecking / UserKnownHostsFile come out of ansible_ssh_args,
-ansible_ssh_common_args and ansible_ssh_extra_args (first value wins, as in OpenSSH), and a
-connection variable that only Ansible could compute (a Jinja template, a vault value) is an
-error, not a silent guess.
+ProxyJump / ProxyCommand / StrictHostKeyChecking / UserKnownHostsFile come out of
+ansible_ssh_args, ansible_ssh_common_args and ansible_ssh_extra_args (first value wins, as in
+OpenSSH). `{{ var }}` and `{{ var | default(x) }}` templates over the host's own variables are
+rendered; a connection variable that only Ansible could compute (other Jinja, a vault value)
+fails that host alone, with the variable named, instead of the whole inventory.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 from clusterkit.errors import InventoryError
 from clusterkit.inventory.graph import Origin
-from clusterkit.inventory.yamlfile import VaultValue, is_template
+from clusterkit.inventory.templates import TemplateError, render
+from clusterkit.inventory.yamlfile import UnsafeText, VaultValue
 
 # Ansible option -> the variables that set it, lowest precedence first.
 _ADDRESS = ("ansible_host", "ansible_ssh_host")
@@ -34,7 +36,14 @@ _LOCAL_CONNECTIONS = {"local"}
 # ssh(1) flags that take an argument: their argument is skipped, never read as a flag.
 _SSH_FLAGS_WITH_ARGUMENT = set("BbcDEeFIiJLlmOoPpQRSWw")
 _PLAYBOOK_PYTHON = "{{ ansible_playbook_python }}"
-_LITERAL_HINT = "connection variables must be literal values; write the value itself"
+
+
+class HostProblem(Exception):
+    """A connection variable of one host that cannot be computed: that host fails, not all."""
+
+    def __init__(self, var: str, message: str) -> None:
+        super().__init__(message)
+        self.var = var
 
 
 class _HostVars:
@@ -42,27 +51,40 @@ class _HostVars:
 
     def __init__(self, host: str, values: Mapping[str, Any], origins: Mapping[str, Origin]):
         self.host, self.values, self.origins = host, values, origins
+        self.context = {
+            "ansible_playbook_python": sys.executable,
+            **values,
+            "inventory_hostname": host,
+            "inventory_hostname_short": host.split(".", 1)[0],
+        }
 
     def fail(self, var: str, problem: str, hint: str | None = None) -> InventoryError:
         path, line = self.origins.get(var, ("<inventory>", None))
         return InventoryError(path, f"{problem} (host {self.host})", line=line, key=var, hint=hint)
 
     def pick(self, names: tuple[str, ...]) -> tuple[str, Any] | None:
-        """(variable, value) of the winning alias, or None when none is set."""
+        """(variable, rendered value) of the winning alias, or None when none is set."""
         found = None
         for name in names:
             value = self.values.get(name)
             if value is not None:
                 found = (name, value)
-        if found is not None:
-            self.literal(*found)
-        return found
+        if found is None:
+            return None
+        value = self.get(found[0])
+        return None if value is None else (found[0], value)
 
-    def literal(self, var: str, value: Any) -> None:
-        if is_template(value):
-            raise self.fail(var, f"is a Jinja template ({value!r})", hint=_LITERAL_HINT)
+    def get(self, var: str) -> Any:
+        """The variable's value with its templates rendered, or HostProblem."""
+        value = self.values.get(var)
         if isinstance(value, VaultValue):
-            raise self.fail(var, "is vault-encrypted", hint=_LITERAL_HINT)
+            raise HostProblem(var, f"{var} is vault-encrypted; only Ansible can decrypt it")
+        if isinstance(value, UnsafeText):
+            return value  # !unsafe: never a template
+        try:
+            return render(value, self.context)
+        except TemplateError as exc:
+            raise HostProblem(var, f"{var} cannot be rendered: {exc}") from None
 
     def text(self, names: tuple[str, ...], convert: Callable[[str], str] = str) -> str | None:
         found = self.pick(names)
@@ -155,10 +177,9 @@ def _ssh_options(hv: _HostVars) -> dict[str, str]:
     """ProxyJump, StrictHostKeyChecking and UserKnownHostsFile from the ssh argument vars."""
     options: dict[str, str] = {}
     for var in _SSH_ARGS:
-        value = hv.values.get(var)
+        value = hv.get(var)
         if value is None:
             continue
-        hv.literal(var, value)
         if not isinstance(value, str):
             raise hv.fail(var, f"must be a string of ssh arguments, got {value!r}")
         try:
@@ -166,12 +187,6 @@ def _ssh_options(hv: _HostVars) -> dict[str, str]:
         except ValueError as exc:
             raise hv.fail(var, f"cannot be split like a shell line: {exc}") from None
         for key, option_value in _options_in(tokens):
-            if key == "proxycommand":
-                raise hv.fail(
-                    var,
-                    "ProxyCommand is not supported",
-                    hint="use -J jumphost or -o ProxyJump=jumphost instead",
-                )
             options.setdefault(key, option_value)  # ssh(1): the first value obtained wins
     return options
 
@@ -212,8 +227,19 @@ def _split_option(text: str) -> tuple[str, str]:
 def connection_fields(
     host: str, values: Mapping[str, Any], origins: Mapping[str, Origin]
 ) -> dict[str, Any]:
-    """Host keyword arguments for the connection, from one host's resolved variables."""
+    """Host keyword arguments for the connection, from one host's resolved variables; a
+    variable that cannot be computed gives the host a `problem` instead of failing the load."""
     hv = _HostVars(host, values, origins)
+    try:
+        return _fields(hv)
+    except HostProblem as problem:
+        path, line = origins.get(problem.var, ("<inventory>", None))
+        where = f"{path}:{line}" if line is not None else path
+        return {"address": host, "problem": f"{problem} ({where})"}
+
+
+def _fields(hv: _HostVars) -> dict[str, Any]:
+    host = hv.host
     options = _ssh_options(hv)
     strict = options.get("stricthostkeychecking") or _strict_from_host_key_checking(hv)
     known_hosts = options.get("userknownhostsfile")
@@ -223,6 +249,7 @@ def connection_fields(
         "user": hv.text(_USER),
         "key_file": hv.text(_KEY_FILE, os.path.expanduser),
         "proxy_jump": options.get("proxyjump") or None,
+        "proxy_command": options.get("proxycommand") or None,
         "strict_host_key_checking": strict or None,
         "user_known_hosts_file": os.path.expanduser(known_hosts) if known_hosts else None,
         "connection": _connection(hv),

@@ -8,8 +8,12 @@ in one key. A key that is not a recognisable address is kept verbatim, as Ansibl
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import string
+
+MAX_RANGE_VARIABLE = "CLUSTERKIT_MAX_RANGE_HOSTS"
+DEFAULT_MAX_RANGE_HOSTS = 100_000
 
 _RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
 _NUMERIC_RANGE = r"\[[0-9]+:[0-9]+(?::[0-9]+)?\]"
@@ -37,6 +41,8 @@ def _is_address(text: str) -> bool:
 
 def split_port(key: str) -> tuple[str, int | None]:
     """(host part, port): the port only when the rest is a valid address, like Ansible."""
+    if ":" not in key:
+        return key, None  # no port to split off (the common case, kept cheap)
     host, port = key, None
     for pattern in (_BRACKETED_PORT, _HOST_PORT):
         match = pattern.match(host)
@@ -47,23 +53,41 @@ def split_port(key: str) -> tuple[str, int | None]:
     return host, port
 
 
+def max_range_hosts() -> int:
+    """The most host names one key may expand to (CLUSTERKIT_MAX_RANGE_HOSTS overrides)."""
+    text = os.environ.get(MAX_RANGE_VARIABLE, "")
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    return DEFAULT_MAX_RANGE_HOSTS
+
+
 def expand_ranges(name: str) -> list[str]:
-    """Every host name a key with `[begin:end(:step)]` ranges stands for, in order."""
-    start = name.find("[")
-    if start < 0:
+    """Every host name a key with `[begin:end(:step)]` ranges stands for, in order; a key
+    that would expand past max_range_hosts() is refused before anything is built."""
+    pieces: list[str | list[str]] = []  # literal text and range values, alternating
+    total, limit, rest = 1, max_range_hosts(), name
+    while (start := rest.find("[")) >= 0:
+        end = rest.find("]", start)
+        if end < 0:
+            raise HostPatternError(f"unclosed host range in {name!r}")
+        body = rest[start + 1 : end]
+        values = _range_values(body, name, limit // total)
+        total *= len(values)
+        pieces += [rest[:start], values]
+        rest = rest[end + 1 :]
+    if total == 1 and not any(isinstance(piece, list) for piece in pieces):
         return [name]
-    end = name.find("]", start)
-    if end < 0:
-        raise HostPatternError(f"unclosed host range in {name!r}")
-    head, body, tail = name[:start], name[start + 1 : end], name[end + 1 :]
-    values = _range_values(body, name)
-    names: list[str] = []
-    for value in values:
-        names.extend(expand_ranges(head + value + tail))
+    names = [""]
+    for piece in [*pieces, rest]:
+        if isinstance(piece, str):
+            names = [prefix + piece for prefix in names]
+        else:
+            names = [prefix + value for prefix in names for value in piece]
     return names
 
 
-def _range_values(body: str, name: str) -> list[str]:
+def _range_values(body: str, name: str, room: int) -> list[str]:
+    """The values of one `[begin:end(:step)]`; more than `room` of them is an error."""
     bounds = body.split(":")
     if len(bounds) not in (2, 3):
         raise HostPatternError(
@@ -83,21 +107,34 @@ def _range_values(body: str, name: str) -> list[str]:
         first, last = letters.index(begin), letters.index(end)
         if first > last:
             raise HostPatternError(f"host range [{body}] in {name!r} has begin after end")
+        _check_room(body, name, len(range(first, last + 1, step)), room)
         return list(letters[first : last + 1 : step])
-    if not (begin.isdigit() and end.isdigit()):
+    if not (begin.isdigit() and end.isdigit() and begin.isascii() and end.isascii()):
         raise HostPatternError(
             f"unknown host range syntax [{body}] in {name!r}: "
             "bounds must be two numbers or two single letters"
         )
+    if max(len(begin), len(end)) > 18:
+        raise HostPatternError(f"host range [{body}] in {name!r} has a bound of over 18 digits")
     width = len(begin) if begin.startswith("0") and len(begin) > 1 else 0
     if width and len(end) != width:
         raise HostPatternError(
             f"host range [{body}] in {name!r}: zero-padded bounds must have equal width"
         )
-    values = [str(number).zfill(width) for number in range(int(begin), int(end) + 1, step)]
-    if not values:
+    numbers = range(int(begin), int(end) + 1, step)
+    if not numbers:
         raise HostPatternError(f"host range [{body}] in {name!r} has begin after end")
-    return values
+    _check_room(body, name, len(numbers), room)
+    return [str(number).zfill(width) for number in numbers]
+
+
+def _check_room(body: str, name: str, count: int, room: int) -> None:
+    if count > room:
+        limit = max_range_hosts()
+        raise HostPatternError(
+            f"host range [{body}] in {name!r} expands to more than {limit} hosts "
+            f"(the limit; set {MAX_RANGE_VARIABLE} to raise it)"
+        )
 
 
 def expand_host_key(key: str) -> tuple[list[str], int | None]:

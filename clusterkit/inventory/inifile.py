@@ -25,12 +25,20 @@ from clusterkit.inventory.hostpatterns import HostPatternError, expand_host_key
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_NAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
 _COMMENT_MARKERS = ("#", ";")
+# A host line without quotes, escapes or comments splits like a shell line on blanks.
+_PLAIN_LINE = re.compile(r"[^'\"\\#\s]+(?:[ \t]+[^'\"\\#\s]+)*")
+# Text that literal_eval can only refuse: a name, dotted address, path or user@host.
+_PLAIN_TEXT = re.compile(r"[A-Za-z_][\w.\-/:@]*|[0-9]+(?:\.[0-9]+){2,}", re.ASCII)
 _STATES = ("hosts", "children", "vars")
 _HINT = "see https://docs.ansible.com/ansible/latest/inventory_guide/intro_inventory.html"
 
 
 def ini_value(text: str) -> Any:
     """Ansible's typing of an INI value: a Python literal when it parses as one, else text."""
+    if text.isdigit() and text.isascii() and (text[0] != "0" or text == "0"):
+        return int(text)  # the common cases first: literal_eval is slow
+    if _PLAIN_TEXT.fullmatch(text) and text not in ("True", "False", "None"):
+        return text  # a name, address or path: never a Python literal
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -139,7 +147,8 @@ class _IniReader:
 
     def hosts(self, line: str, number: int) -> None:
         try:
-            tokens = shlex.split(line, comments=True)
+            plain = _PLAIN_LINE.fullmatch(line)
+            tokens = line.split() if plain else shlex.split(line, comments=True)
         except ValueError as exc:
             self.fail(f"cannot split host line {line!r}: {exc}", number, hint="close the quote")
         if not tokens:

@@ -20,6 +20,7 @@ from clusterkit.errors import InventoryError
 from clusterkit.inventory.connection import connection_fields
 from clusterkit.inventory.graph import GraphBuilder, InventoryGraph, Origin, VarLayer
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
+from clusterkit.inventory.names import hostname_problem, username_problem
 from clusterkit.inventory.settings import VARIABLE, parse_settings
 from clusterkit.inventory.sources import NeedsAnsible, add_source, vars_base_dir
 from clusterkit.inventory.varsfiles import VarsDirectory
@@ -73,9 +74,11 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
     settings_source: tuple[str, Any, Origin] | None = None
     for name in graph.hosts:
         values, origins, groups = resolver.host_vars(name)
-        hosts.append(
-            Host(name=name, groups=groups, vars=values, **connection_fields(name, values, origins))
+        host = Host(
+            name=name, groups=groups, vars=values, **connection_fields(name, values, origins)
         )
+        _check_names(host, graph.hosts[name].origin, origins)
+        hosts.append(host)
         setting = values.get(VARIABLE)
         origin = origins.get(VARIABLE, (path, None))
         if settings_source is None:
@@ -94,6 +97,42 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
     return Inventory(
         path=path, hosts=tuple(hosts), settings=settings, warnings=tuple(graph.warnings)
     )
+
+
+def _check_names(host: Host, defined_at: Origin, origins: dict[str, Origin]) -> None:
+    """Refuse, as OpenSSH does, names that could reach a shell (Match exec, ProxyCommand)."""
+    checks = [("host name", host.name, None, hostname_problem)]
+    if host.address != host.name:
+        checks.append(("address", host.address, _ADDRESS_VARS, hostname_problem))
+    if host.user is not None:
+        checks.append(("user", host.user, _USER_VARS, username_problem))
+    for hop in (host.proxy_jump or "").split(","):
+        user, _, address = hop.strip().rpartition("@")
+        if hop.strip() and hop.strip().lower() != "none":
+            checks.append(
+                ("ProxyJump host", address.split(":")[0].strip("[]"), _SSH_ARGS, hostname_problem)
+            )
+            if user:
+                checks.append(("ProxyJump user", user, _SSH_ARGS, username_problem))
+    for what, value, variables, problem_of in checks:
+        problem = problem_of(value)
+        if problem is None:
+            continue
+        path, line = defined_at
+        for var in variables or ():
+            if var in origins:
+                path, line = origins[var]
+        raise InventoryError(
+            path,
+            f"host {host.name!r}: {what} {value!r} {problem}",
+            line=line,
+            hint="OpenSSH refuses such names; give the host a plain name or set ansible_host",
+        )
+
+
+_ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
+_USER_VARS = ("ansible_user", "ansible_ssh_user")
+_SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 
 
 class _VarsResolver:

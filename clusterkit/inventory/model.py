@@ -16,12 +16,16 @@ class Host:
     user: str | None = None  # ansible_user
     key_file: str | None = None  # ansible_ssh_private_key_file / ansible_private_key_file
     proxy_jump: str | None = None  # from ansible_ssh_common_args/extra_args -J / ProxyJump
+    proxy_command: str | None = None  # from ... -o ProxyCommand=..., tokens not yet expanded
     strict_host_key_checking: str | None = None  # from -o StrictHostKeyChecking=..., as written
     user_known_hosts_file: str | None = None  # from -o UserKnownHostsFile=...
     connection: str = "ssh"  # ansible_connection: "ssh" (also paramiko/smart) or "local"
     python_interpreter: str | None = None  # ansible_python_interpreter
     ssh_timeout: float | None = None  # ansible_ssh_timeout / ansible_timeout
     groups: tuple[str, ...] = ()  # every group the host belongs to, "all" included
+    # Why this host cannot be reached as written (a connection variable only Ansible could
+    # compute); the host is reported as failed, the rest of the inventory still runs.
+    problem: str | None = None
     vars: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,10 +41,17 @@ def ansible_timeout() -> float:
     return seconds
 
 
+def find_ansible_inventory() -> str | None:
+    """ansible-inventory on PATH, else beside this Python (Ansible installed in the same venv)."""
+    return shutil.which("ansible-inventory") or shutil.which(
+        "ansible-inventory", path=os.path.dirname(sys.executable)
+    )
+
+
 def list_with_ansible(sources: Sequence[str], needs: NeedsAnsible) -> dict[str, Any]:
     """The `ansible-inventory --list` JSON for the sources, or one InventoryError."""
     where = ", ".join(sources)
-    executable = shutil.which("ansible-inventory")
+    executable = find_ansible_inventory()
     if executable is None:
         what = needs.why if needs.path == where else f"{needs.path} is {needs.why}"
         raise InventoryError(
@@ -105,6 +113,9 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 def _last_error(stderr: str) -> str:
     """The most telling line of Ansible's stderr, on one line."""
     lines = [" ".join(line.split()) for line in stderr.splitlines() if line.strip()]
+    for line in lines:  # the first plugin's own complaint says most (a missing collection...)
+        if line.startswith("[WARNING]: Failed to parse"):
+            return line[len("[WARNING]: ") :]
     for line in lines:
         if line.startswith(("[ERROR]", "ERROR!")):
             return line

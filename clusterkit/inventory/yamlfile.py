@@ -78,20 +78,29 @@ class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loader whose mappings are LineMaps."""
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAGS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
+
+
 def _construct_mapping(loader: Any, node: yaml.MappingNode) -> LineMap:
-    loader.flatten_mapping(node)
+    if any(key_node.tag in _MERGE_TAGS for key_node, _ in node.value):
+        loader.flatten_mapping(node)
     result = LineMap()
     result.line = node.start_mark.line + 1
+    key_lines = result.key_lines
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError as exc:
-            raise yaml.constructor.ConstructorError(
-                None, None, "found an unhashable key (a list or mapping)", key_node.start_mark
-            ) from exc
+        if key_node.tag == _STR_TAG and isinstance(key_node, yaml.ScalarNode):
+            key = key_node.value  # the common case, without the generic constructor's cost
+        else:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError as exc:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "found an unhashable key (a list or mapping)", key_node.start_mark
+                ) from exc
         result[key] = loader.construct_object(value_node, deep=True)
-        result.key_lines[key] = key_node.start_mark.line + 1
+        key_lines[key] = key_node.start_mark.line + 1
     return result
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,13 +51,14 @@ class Connections:
 
 def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig) -> Transport:
     """Connect to one host (through its jump hosts), or raise a classified TransportError."""
-    if host.is_local:
+    if host.is_local and not host.problem:
         return LocalTransport(host.name)
-    endpoint = resolve_endpoint(host, options, config)
+    endpoint = resolve_endpoint(host, options, config)  # refuses a host with a problem
     deadline = Deadline.after(endpoint.timeout)
     hops: list[paramiko.SSHClient] = []
+    sock: paramiko.ProxyCommand | paramiko.Channel | None = None
     try:
-        sock = None
+        sock = _proxy_command(endpoint) if endpoint.proxy_command else None
         for hop in endpoint.jumps:
             hops.append(open_client(hop, _verifier(hop), deadline, sock))
             sock = _tunnel(hops[-1], hop, _next(endpoint, hop), deadline)
@@ -64,8 +66,23 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
     except BaseException:
         for hop in reversed(hops):
             hop.close()
+        if isinstance(sock, paramiko.ProxyCommand):
+            sock.close()  # kills the command: nothing outlives a failed connect
         raise
     return SSHTransport(host.name, client, hops)
+
+
+def _proxy_command(endpoint: Endpoint) -> paramiko.ProxyCommand:
+    """Start the ProxyCommand (no shell: its argv was expanded word by word)."""
+    try:
+        return paramiko.ProxyCommand(shlex.join(endpoint.proxy_command))
+    except (OSError, paramiko.SSHException) as error:
+        raise TransportError(
+            endpoint.host,
+            "proxy",
+            f"cannot start ProxyCommand {shlex.join(endpoint.proxy_command)!r}: {error}",
+            hint="check the command in ansible_ssh_common_args or ~/.ssh/config",
+        ) from None
 
 
 def _next(endpoint: Endpoint, hop: Endpoint) -> Endpoint:

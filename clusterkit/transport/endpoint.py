@@ -1,20 +1,26 @@
 """Where and how to reach a host: inventory values first, then ~/.ssh/config, then defaults.
 
 paramiko only parses ssh_config; we apply HostName, User, Port, IdentityFile, ProxyJump,
-StrictHostKeyChecking and UserKnownHostsFile ourselves, like OpenSSH would for `ssh HOST`.
+ProxyCommand, StrictHostKeyChecking and UserKnownHostsFile ourselves, like OpenSSH would for
+`ssh HOST`. A ProxyCommand (from the inventory's ssh arguments or the config file) gets its
+`%h %p %r %n %%` tokens from the final address, port and user, each substituted inside one
+argument word (it runs without a shell, as paramiko runs it). Names reach the config lookup
+(whose `Match exec` runs a shell) only after the OpenSSH name check.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import TransportError, UsageError
 from clusterkit.inventory.model import Host
+from clusterkit.inventory.names import hostname_problem, username_problem
 from clusterkit.transport.hostkeys import DEFAULT_KNOWN_HOSTS, policy_from_openssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -39,6 +45,7 @@ class Endpoint:
     user: str
     key_files: tuple[str, ...] = ()
     jumps: tuple[Endpoint, ...] = ()  # ProxyJump hops, outermost first
+    proxy_command: tuple[str, ...] = ()  # ProxyCommand argv, tokens expanded (no jumps then)
     policy: str = "strict"
     known_hosts: tuple[str, ...] = field(default=(DEFAULT_KNOWN_HOSTS,))
     timeout: float = DEFAULT_CONNECT_TIMEOUT
@@ -48,15 +55,25 @@ class Endpoint:
         return f"{self.user}@{self.address}:{self.port}"
 
 
+class _SSHConfig(paramiko.SSHConfig):
+    """paramiko's parser, leaving ProxyCommand's tokens for us: paramiko would fill %p and %r
+    from the config file alone, while the inventory's port and user win, as in OpenSSH."""
+
+    def _tokenize(self, config, target_hostname, key, value):  # type: ignore[no-untyped-def]
+        if key == "proxycommand":
+            return value
+        return super()._tokenize(config, target_hostname, key, value)
+
+
 def load_ssh_config(path: str | None) -> paramiko.SSHConfig:
     """Read the OpenSSH client config; a missing default file is an empty config."""
     if path is None:
         default = Path("~/.ssh/config").expanduser()
         if not default.is_file():
-            return paramiko.SSHConfig()
-        return paramiko.SSHConfig.from_path(str(default))
+            return _SSHConfig()
+        return _SSHConfig.from_path(str(default))
     try:
-        return paramiko.SSHConfig.from_path(os.path.expanduser(path))
+        return _SSHConfig.from_path(os.path.expanduser(path))
     except OSError as error:
         raise UsageError(f"{path}: cannot read SSH config: {error.strerror}") from None
 
@@ -80,6 +97,11 @@ def _split_user_host_port(spec: str) -> tuple[str | None, str, int | None]:
 
 def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHConfig) -> Endpoint:
     """Combine inventory variables, ssh_config and command-line options for one host."""
+    if host.problem:
+        raise TransportError(
+            host.name, "inventory", host.problem, hint="write the connection value itself"
+        )
+    _check_name(host.name, host.address, hostname_problem)
     entry = config.lookup(host.address)
     policy = (
         options.host_key_policy
@@ -99,13 +121,21 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
             _jump_endpoint(host.name, hop.strip(), options, config, policy, known, timeout)
             for hop in proxy.split(",")
         )
+    address = entry.get("hostname", host.address)
+    port = int(host.port or entry.get("port", 22))
+    user = host.user or entry.get("user") or getpass.getuser()
+    command = host.proxy_command or entry.get("proxycommand")
+    proxy: tuple[str, ...] = ()
+    if command and command.strip().lower() != "none" and not jumps:
+        proxy = proxy_argv(host.name, command, address, port, user, host.address)
     return Endpoint(
         host=host.name,
-        address=entry.get("hostname", host.address),
-        port=int(host.port or entry.get("port", 22)),
-        user=host.user or entry.get("user") or getpass.getuser(),
+        address=address,
+        port=port,
+        user=user,
         key_files=tuple(os.path.expanduser(k) for k in keys),
         jumps=jumps,
+        proxy_command=proxy,
         policy=policy,
         known_hosts=known,
         timeout=timeout or DEFAULT_CONNECT_TIMEOUT,
@@ -122,6 +152,9 @@ def _jump_endpoint(
     timeout: float | None,
 ) -> Endpoint:
     user, address, port = _split_user_host_port(spec)
+    _check_name(name, address, hostname_problem)
+    if user:
+        _check_name(name, user, username_problem)
     entry = config.lookup(address)
     return Endpoint(
         host=f"{name} (via {spec})",
@@ -133,6 +166,40 @@ def _jump_endpoint(
         known_hosts=known,
         timeout=timeout or DEFAULT_CONNECT_TIMEOUT,
     )
+
+
+def _check_name(host: str, value: str, problem_of) -> None:  # type: ignore[no-untyped-def]
+    """The last guard before a name reaches ssh_config (Match exec) or a ProxyCommand."""
+    problem = problem_of(value)
+    if problem:
+        raise TransportError(host, "inventory", f"{value!r} {problem}; OpenSSH refuses it")
+
+
+def proxy_argv(
+    host: str, command: str, address: str, port: int, user: str, original: str
+) -> tuple[str, ...]:
+    """ProxyCommand as an argument list, `%h %p %r %n %%` expanded inside each word."""
+    try:
+        words = shlex.split(command)
+    except ValueError as error:
+        raise TransportError(host, "proxy", f"ProxyCommand {command!r}: {error}") from None
+    if not words:
+        raise TransportError(host, "proxy", "ProxyCommand is empty")
+    tokens = {"h": address, "p": str(port), "r": user, "n": original, "%": "%"}
+
+    def expand(word: str) -> str:
+        out, index = [], 0
+        while index < len(word):
+            char = word[index]
+            if char == "%" and index + 1 < len(word) and word[index + 1] in tokens:
+                out.append(tokens[word[index + 1]])
+                index += 2
+            else:
+                out.append(char)
+                index += 1
+        return os.path.expanduser("".join(out))
+
+    return tuple(expand(word) for word in words)
 
 
 def _first(value: str | list[str] | None) -> str | None:

@@ -79,6 +79,13 @@ def _classify(host: str, where: str, error: BaseException, deadline: Deadline) -
             f"no answer from {where} within the connect deadline",
             hint="the host is down, or a firewall drops SSH packets",
         )
+    if isinstance(error, paramiko.ProxyCommandFailure):
+        return TransportError(
+            host,
+            "proxy",
+            f"ProxyCommand for {where} failed: {error}",
+            hint="check the ProxyCommand and that it can reach the node",
+        )
     if isinstance(error, EOFError):
         return TransportError(
             host,

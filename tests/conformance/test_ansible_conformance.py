@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,67 @@ def test_both_refuse_malformed_ini_inventories(path: Path, tmp_path: Path) -> No
     message = str(caught.value)
     assert message.startswith(f"{path}:"), message
     assert "\n" not in message
+
+
+PLUGIN = FIXTURES / "plugin"
+THROUGH_ANSIBLE = {
+    "constructed-plugin": [PLUGIN / "01-static.yml", PLUGIN / "02-constructed.yml"],
+    "inventory-script": [PLUGIN / "script.py"],
+    "directory-with-plugin-and-script": [PLUGIN],
+}
+
+
+@pytest.mark.parametrize("name", list(THROUGH_ANSIBLE))
+def test_plugins_and_scripts_resolve_through_ansible(name: str, tmp_path: Path) -> None:
+    assert_same_as_ansible(THROUGH_ANSIBLE[name], tmp_path, "auto,script,yaml,ini")
+
+
+def test_constructed_groups_and_composed_vars_reach_the_hosts() -> None:
+    inventory = load_inventory(THROUGH_ANSIBLE["constructed-plugin"])
+    gpu1 = inventory.host("gpu1")
+    assert "gpu_nodes" in gpu1.groups and "rack_r1" in gpu1.groups
+    assert gpu1.vars["node_rank"] == 1
+    assert (gpu1.address, gpu1.user) == ("10.1.0.1", "ops")
+    assert inventory.host("cpu1").port == 2222
+    assert "gpu_nodes" not in inventory.host("cpu1").groups
+
+
+@pytest.mark.parametrize("name", ["ini-rules", "stackhpc-two-directories"])
+def test_inventory_via_ansible_agrees_with_the_native_readers(name: str, tmp_path: Path) -> None:
+    assert_same_as_ansible(NATIVE[name], tmp_path, "yaml,ini", via_ansible=True)
+    native = load_inventory(NATIVE[name])
+    through = load_inventory(NATIVE[name], via_ansible=True)
+    # Host order may differ: Ansible's listing is walked group by group, not in file order.
+    assert {h.name: h for h in native.hosts} == {h.name: h for h in through.hosts}
+
+
+def test_a_stalled_inventory_script_is_killed_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "script.pid"
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "#!/usr/bin/env python3\nimport os, time\n"
+        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT", "5")
+    started = time.monotonic()
+    with pytest.raises(InventoryError, match="did not finish within 5 s"):
+        load_inventory(script)
+    assert time.monotonic() - started < 60
+    if marker.exists():  # the script had started: it must be gone with its process group
+        pid = int(marker.read_text())
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().split()[2] != "Z"

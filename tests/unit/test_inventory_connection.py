@@ -174,7 +174,6 @@ def test_interpreter_discovery_leaves_the_default(tmp_path: Path) -> None:
         ("ansible_host", ["a", "b"], "must be a non-empty string"),
         ("ansible_user", "", "must be a non-empty string"),
         ("ansible_ssh_common_args", "-o 'ProxyJump=x", "cannot be split"),
-        ("ansible_ssh_common_args", "-o ProxyCommand='ssh -W %h:%p b'", "ProxyCommand"),
         ("ansible_host_key_checking", "maybe", "must be a boolean"),
     ],
 )
@@ -184,23 +183,65 @@ def test_bad_connection_values(tmp_path: Path, var: str, value: Any, problem: st
     assert problem in message and "host n1" in message
 
 
-def test_template_in_a_connection_variable_is_an_error(tmp_path: Path) -> None:
+def test_templates_over_the_hosts_own_variables_are_rendered(tmp_path: Path) -> None:
     path = tmp_path / "inventory.yaml"
     path.write_text(
         "all:\n"
         "  vars:\n"
         "    ansible_host: '{{ inventory_hostname }}.example.com'\n"
+        "    ansible_user: '{{ lxc_user }}'\n"
+        "    ansible_port: '{{ ssh_port | default(22) }}'\n"
+        "    ansible_ssh_private_key_file: \"{{ key_dir | d('/keys') }}/id_{{ lxc_user }}\"\n"
+        "    lxc_user: '{{ base_user }}'\n"
+        "    base_user: ops\n"
         "  hosts:\n"
         "    n1:\n"
+        "    n2: {ssh_port: 2222, key_dir: /k2}\n"
     )
-    with pytest.raises(InventoryError) as caught:
-        load_inventory(path)
-    message = str(caught.value)
-    assert message.startswith(f"{path}:3: ansible_host: is a Jinja template")
-    assert "host n1" in message and "literal" in message
+    inventory = load_inventory(path)
+    n1, n2 = inventory.host("n1"), inventory.host("n2")
+    assert (n1.address, n1.user, n1.port, n1.key_file) == (
+        "n1.example.com",
+        "ops",
+        22,
+        "/keys/id_ops",
+    )
+    assert (n2.port, n2.key_file) == (2222, "/k2/id_ops")
+    assert n1.problem is None and n1.vars["ansible_user"] == "{{ lxc_user }}"  # vars stay raw
 
 
-def test_vault_in_a_connection_variable_is_an_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("'{{ missing_user }}'", "variable 'missing_user' is not defined"),
+        ("\"{{ lookup('env', 'USER') }}\"", "more than a variable reference"),
+        ("'{{ a | upper }}'", "only the default filter"),
+        ("'{% if x %}a{% endif %}'", "statement"),
+        ("'{{ loop_a }}'", "more than 10 deep"),
+    ],
+)
+def test_a_template_that_cannot_be_rendered_fails_that_host_only(
+    tmp_path: Path, value: str, reason: str
+) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "all:\n"
+        "  hosts:\n"
+        "    good:\n"
+        "    bad:\n"
+        f"      ansible_user: {value}\n"
+        "      a: x\n"
+        "      loop_a: '{{ loop_b }}'\n"
+        "      loop_b: '{{ loop_a }}'\n"
+    )
+    inventory = load_inventory(path)
+    assert inventory.host("good").problem is None
+    problem = inventory.host("bad").problem
+    assert problem is not None and problem.startswith("ansible_user cannot be rendered")
+    assert reason in problem and f"{path}:5" in problem
+
+
+def test_vault_in_a_connection_variable_fails_that_host(tmp_path: Path) -> None:
     path = tmp_path / "inventory.yaml"
     path.write_text(
         "all:\n"
@@ -209,10 +250,27 @@ def test_vault_in_a_connection_variable_is_an_error(tmp_path: Path) -> None:
         "      ansible_user: !vault |\n"
         "        $ANSIBLE_VAULT;1.1;AES256\n"
         "        3938\n"
+        "    n2:\n"
     )
-    with pytest.raises(InventoryError) as caught:
-        load_inventory(path)
-    assert str(caught.value).startswith(f"{path}:4: ansible_user: is vault-encrypted (host n1)")
+    inventory = load_inventory(path)
+    assert inventory.host("n1").problem == (
+        f"ansible_user is vault-encrypted; only Ansible can decrypt it ({path}:4)"
+    )
+    assert inventory.host("n2").problem is None
+
+
+def test_proxycommand_in_ssh_args_is_kept_for_the_connection(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "all:\n"
+        "  hosts:\n"
+        "    n1:\n"
+        "      ansible_ssh_common_args: >-\n"
+        '        -o StrictHostKeyChecking=no -o ProxyCommand="ssh -W %h:%p -q bastion"\n'
+    )
+    host = load_inventory(path).host("n1")
+    assert host.proxy_command == "ssh -W %h:%p -q bastion"
+    assert host.strict_host_key_checking == "no"
 
 
 def test_error_points_at_the_vars_file_that_set_the_variable(tmp_path: Path) -> None:
@@ -227,5 +285,7 @@ def test_error_points_at_the_vars_file_that_set_the_variable(tmp_path: Path) -> 
 
 def test_unsafe_strings_are_literal(tmp_path: Path) -> None:
     path = tmp_path / "inventory.yaml"
-    path.write_text("all:\n  hosts:\n    n1:\n      ansible_user: !unsafe 'we{{ird'\n")
-    assert load_inventory(path).host("n1").user == "we{{ird"
+    path.write_text(
+        "all:\n  hosts:\n    n1:\n      ansible_ssh_private_key_file: !unsafe '/k/{{x}}'\n"
+    )
+    assert load_inventory(path).host("n1").key_file == "/k/{{x}}"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import load_inventory
+from clusterkit.inventory import load_inventory, viaansible
 from clusterkit.status import ExitStatus
 
 
@@ -89,6 +89,7 @@ def test_plugin_config_without_ansible_names_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(viaansible.sys, "executable", str(tmp_path / "empty" / "python"))
     message = error_for(tmp_path, "# aws\nplugin: aws_ec2\nregions: [x]\n")
     assert message.startswith(":2: an inventory plugin configuration: resolving it needs")
     assert "ansible-inventory, which is not installed" in message

@@ -1,0 +1,44 @@
+"""Host names, addresses and user names checked as OpenSSH checks them, before anything uses them.
+
+paramiko's SSHConfig runs `Match exec` lines through a shell with `%h`/`%r` expanded, and a
+ProxyCommand receives the same tokens, so a host named `x$(touch /tmp/p)` would run a command
+on the control machine. OpenSSH refuses such names ("hostname contains invalid characters");
+clusterkit refuses them at load time with the same rules (ssh.c valid_hostname/valid_ruser):
+no shell metacharacters, whitespace or control characters, no leading '-'. IPv6 literals
+(`fe80::1`, `fe80::1%eth0`) pass.
+"""
+
+from __future__ import annotations
+
+_HOST_METACHARACTERS = frozenset("'`\"$\\;&<>|(){}")
+_USER_METACHARACTERS = frozenset("'`\";&<>|(){}")
+
+
+def hostname_problem(name: str) -> str | None:
+    """Why OpenSSH would refuse `name` as a host name, or None when it is acceptable."""
+    if not name:
+        return "is empty"
+    if name.startswith("-"):
+        return "starts with '-' (it would read as an option)"
+    for char in name:
+        if char in _HOST_METACHARACTERS:
+            return f"contains {char!r}, a shell metacharacter"
+        if char.isspace() or not char.isprintable():
+            return f"contains the control or blank character {char!r}"
+    return None
+
+
+def username_problem(user: str) -> str | None:
+    """Why OpenSSH would refuse `user` as a remote user name, or None."""
+    if user.startswith("-"):
+        return "starts with '-' (it would read as an option)"
+    for index, char in enumerate(user):
+        if char in _USER_METACHARACTERS:
+            return f"contains {char!r}, a shell metacharacter"
+        if not char.isprintable() and not char.isspace():
+            return f"contains the control character {char!r}"
+        if char.isspace() and user[index + 1 : index + 2] == "-":
+            return "has a '-' after a blank (it would read as an option)"
+    if user.endswith("\\"):
+        return "ends in '\\'"
+    return None
