@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable, Sequence
 
 from clusterkit import __version__
@@ -451,6 +452,105 @@ def _add_provision(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler="clusterkit.commands.provision:run")
 
 
+def _add_launch(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "launch",
+        help="check, then run torchrun on every node with the checked settings",
+        description="Run the check and, only when it passes, start the job after `--` with "
+        "torchrun on every node (static rendezvous, the checked master, port and interface), "
+        "stream every rank's output as host/rank, stop everything on the first failure, a hang "
+        "or Ctrl-C. Exit status: the job's (0 every rank succeeded; a failed rank's own status, "
+        "128+N for a signal), 124 hung, 3 a node was lost, 130 interrupted; the check's status "
+        "when it did not pass. Example: clusterkit launch inv.yaml -- train.py --epochs 3",
+    )
+    _add_inventory_arguments(parser, "(default: this machine)")
+    gate = parser.add_argument_group("gate")
+    gate.add_argument(
+        "--skip",
+        type=_stage_list,
+        default=frozenset(),
+        metavar="STAGE[,STAGE]",
+        help=f"check stages to skip: {', '.join(STAGES)}",
+    )
+    gate.add_argument("--strict", action="store_true", help="warnings refuse the launch too")
+    gate.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="deadline for each host's probe (default: 60)",
+    )
+    gate.add_argument("--no-check", action="store_true", help="launch without checking (loudly)")
+    gate.add_argument(
+        "--check-report",
+        metavar="FILE",
+        help="reuse this passing JSON report of `check` instead of checking again",
+    )
+    gate.add_argument(
+        "--max-age",
+        type=_positive_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="--check-report must be younger than this (default: 3600)",
+    )
+    gate.add_argument(
+        "--check-output",
+        metavar="FILE",
+        help="write the check's report to FILE (--format picks json or junit)",
+    )
+    gate.add_argument("--format", choices=FORMATS, default="text", help="the check report format")
+    job = parser.add_argument_group("job")
+    job.add_argument(
+        "--nproc-per-node",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="ranks per node (default: the GPUs per node when torch can use them, else 1)",
+    )
+    job.add_argument(
+        "--join-timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long nodes wait for each other at the rendezvous (default: 300)",
+    )
+    job.add_argument("--workdir", metavar="DIR", help="run the job from DIR on every node")
+    job.add_argument(
+        "--print",
+        action="store_true",
+        help="print each node's env file and command instead of running them",
+    )
+    job.add_argument(
+        "--print-dir", metavar="DIR", help="like --print, and write HOST.env and HOST.sh to DIR"
+    )
+    watch = parser.add_argument_group("supervision")
+    watch.add_argument("--log-dir", metavar="DIR", help="write DIR/HOST-RANK.log and stack dumps")
+    watch.add_argument(
+        "--hang-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="no rank printed for this long: dump every rank's stack and stop (default: off)",
+    )
+    watch.add_argument(
+        "--stop-grace",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="after SIGTERM, ranks get this long before SIGKILL (default: 5)",
+    )
+    watch.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="stop the job after this long (default: none)",
+    )
+    _add_bench_gate_options(parser)
+    _add_connection_options(parser)
+    parser.set_defaults(handler="clusterkit.commands.launch:run", output=None, fix_plan=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="clusterkit",
@@ -459,7 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_add_check, _add_node_check, _add_bench, _add_image, _add_cost, _add_provision):
+    for add in (
+        _add_check,
+        _add_node_check,
+        _add_bench,
+        _add_launch,
+        _add_image,
+        _add_cost,
+        _add_provision,
+    ):
         add(sub)
     _add_verbosity(parser)
     return parser
@@ -483,10 +591,18 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    job: list[str] = []
+    if "--" in words:  # `launch INV -- train.py ARGS`: the job's words are not ours
+        cut = words.index("--")
+        words, job = words[:cut], words[cut + 1 :]
+    args = build_parser().parse_args(words)
     args.verbose = getattr(args, "verbose", 0)
     if args.command is None:
         raise UsageError("clusterkit: no command given", hint="try `clusterkit check`")
+    if job and args.command != "launch":
+        raise UsageError(f"clusterkit {args.command}: unexpected arguments after --")
+    args.job = job
     return args
 
 

@@ -64,6 +64,17 @@ class RemoteProcess(Protocol):
         the deadline passed first (`finish` then says which)."""
         ...
 
+    def read_lines(self, deadline: Deadline) -> bytes:
+        """The complete stdout lines that arrived since the last call, waiting until at
+        least one has or the deadline passes or the command exits (b"" then). What is
+        returned is dropped, so a command that prints for days holds only a partial line."""
+        ...
+
+    @property
+    def exited(self) -> bool:
+        """The command has exited (its last output may still be on the way)."""
+        ...
+
     def finish(self, deadline: Deadline) -> CommandResult:
         """Close stdin and wait for the exit; at the deadline kill the process group and set
         `timed_out`. Idempotent; raises TransportError when the run was cancelled."""
@@ -97,6 +108,22 @@ class PumpedProcess:
         end = self._out.find(marker, self._consumed) + len(marker)
         chunk, self._consumed = bytes(self._out[self._consumed : end]), end
         return chunk
+
+    def read_lines(self, deadline: Deadline) -> bytes:
+        if self._result is not None:
+            return b""
+        self._pump(lambda: self._out.find(b"\n", self._consumed) >= 0, deadline)
+        end = self._out.rfind(b"\n", self._consumed) + 1
+        if end <= 0:
+            return b""
+        chunk = bytes(self._out[self._consumed : end])
+        del self._out[:end]
+        self._consumed = 0
+        return chunk
+
+    @property
+    def exited(self) -> bool:
+        return self._exited_at is not None
 
     def _keep(self, buffer: bytearray, data: bytes) -> None:
         """Keep at most the cap; past it, note the loss (the rest is still drained)."""

@@ -1,0 +1,340 @@
+"""`clusterkit launch`: check, then run torchrun on every node with exactly what was checked.
+
+inventory -> the check's stages (or a passing report, or nothing with --no-check) -> the
+launch plan (clusterkit/launch/plan.py) -> printed (--print) or run and supervised over the
+same connections (clusterkit/launch/supervise.py) -> the job's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterkit.checks import static_findings
+from clusterkit.checks.model import Finding, Status
+from clusterkit.commands.check import (
+    connect_options,
+    connection_findings,
+    host_entries,
+    load_target,
+    run_stages,
+    text_blocks,
+)
+from clusterkit.errors import UsageError
+from clusterkit.inventory.model import Inventory
+from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_plan, ranks_per_node
+from clusterkit.launch.plan import render_print as render_plan
+from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
+from clusterkit.net.plan import NetworkOptions
+from clusterkit.probe.runner import probe_all
+from clusterkit.report import Report, emit
+from clusterkit.report.progress import progress
+from clusterkit.status import ExitStatus
+from clusterkit.transport.base import Deadline
+from clusterkit.transport.connect import Connections, connect_all
+
+PROBE_SECONDS = 60.0
+DEFAULT_RUN_ARGS = ("--shm-size", "16g", "--network", "host", "--ulimit", "memlock=-1:-1")
+
+
+@dataclass
+class Gate:
+    """What the launch knows before it starts: facts, stage details, and whether to go."""
+
+    status: ExitStatus
+    how: str  # "checked", "report FILE", "not checked"
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    connections: Connections | None = None
+
+
+def run(args: argparse.Namespace) -> ExitStatus | int:
+    if not args.job:
+        raise UsageError(
+            "clusterkit launch: no script to run", hint="put it after --: launch INV -- train.py"
+        )
+    inventory = load_target(args)
+    options = supervise_options(args)
+    gate = open_gate(args, inventory)
+    try:
+        if gate.status is not ExitStatus.PASSED:
+            note(f"clusterkit: the check did not pass: nothing was started (exit {gate.status})")
+            return gate.status
+        run_id = uuid.uuid4().hex[:12]
+        settings = launch_settings(args, inventory, gate, run_id)
+        plan = build_plan(settings)
+        if args.print or args.print_dir:
+            print_plan(plan, args.print_dir)
+            return ExitStatus.PASSED
+        assert gate.connections is not None
+        note(
+            f"clusterkit: launching on {len(plan)} nodes x {settings.nproc_per_node} ranks "
+            f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
+        )
+        pythons = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
+        with sigterm_as_interrupt():
+            outcome = Supervisor(gate.connections.transports, plan, run_id, pythons, options).run()
+        report_outcome(outcome, options)
+        return outcome.status
+    finally:
+        if gate.connections is not None:
+            gate.connections.close()
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
+    log_dir = None
+    if args.log_dir:
+        log_dir = Path(args.log_dir)
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"--log-dir {args.log_dir}: {error.strerror}") from None
+    return SuperviseOptions(
+        hang_timeout=args.hang_timeout,
+        stop_grace=args.stop_grace,
+        time_limit=args.time_limit,
+        log_dir=log_dir,
+        note=note,
+    )
+
+
+# --- the gate -----------------------------------------------------------------------------
+
+
+def open_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
+    if args.check_report:
+        return report_gate(args, inventory)
+    if args.no_check:
+        note("clusterkit: --no-check: launching WITHOUT checking the cluster")
+        if args.print or args.print_dir:
+            return Gate(ExitStatus.PASSED, "not checked")
+        return connect_gate(args, inventory, "not checked")
+    return check_gate(args, inventory)
+
+
+def check_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
+    """The whole check, as `clusterkit check` runs it; connections stay open for the job."""
+    started = time.monotonic()
+    findings: list[Finding] = []
+    stages: dict[str, str] = {}
+    with progress() as bar:
+        bar.phase("connect", len(inventory.hosts))
+        connections = connect_all(
+            inventory,
+            connect_options(args),
+            on_done=lambda h, e: bar.done(h, e.kind if e else None),
+        )
+        try:
+            findings += connection_findings(inventory, connections)
+            bar.phase("probe", len(connections.transports))
+            probed = probe_all(
+                connections.transports,
+                inventory,
+                Deadline.after(args.timeout),
+                workers=args.forks,
+                options=inventory.settings.raw.get("probe") or {},
+                on_done=bar.done,
+            )
+            findings += [
+                Finding("probe.ran", Status.ERROR, f"{host}: {why}", hosts=[host], stage="probe")
+                for host, why in probed.failures.items()
+            ]
+            findings += static_findings(probed.facts, inventory.settings.expect, inventory.path)
+            details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
+        except BaseException:
+            connections.close()
+            raise
+    report = Report(
+        command="launch",
+        inventory=inventory.path,
+        findings=findings,
+        hosts=host_entries(inventory, connections, probed.facts, probed.failures),
+        stages=stages,
+        details=details,
+        text_blocks=text_blocks(details),
+        strict=args.strict,
+        seconds=time.monotonic() - started,
+    )
+    status = report.exit_status
+    if status is not ExitStatus.PASSED or args.check_output:
+        emit(report, args.format, args.check_output)
+    if status is ExitStatus.PASSED and not connections.failures:
+        note(f"clusterkit: check passed in {report.seconds:.1f} s")
+    return Gate(status, "checked", probed.facts, details, connections)
+
+
+def connect_gate(args: argparse.Namespace, inventory: Inventory, how: str) -> Gate:
+    """Connections (every host, or nothing starts) and the probe's facts, no verdict."""
+    connections = connect_all(inventory, connect_options(args))
+    if connections.failures:
+        for name, error in connections.failures.items():
+            note(f"clusterkit: {name}: {error.detail}")
+        connections.close()
+        return Gate(ExitStatus.INCOMPLETE, how)
+    probed = probe_all(
+        connections.transports,
+        inventory,
+        Deadline.after(PROBE_SECONDS),
+        workers=args.forks,
+        options=inventory.settings.raw.get("probe") or {},
+    )
+    return Gate(ExitStatus.PASSED, how, probed.facts, {}, connections)
+
+
+def report_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
+    """A passing JSON report of `check` (or `launch`), young enough, naming these hosts."""
+    path = Path(args.check_report)
+    try:
+        report = json.loads(path.read_text())
+        age = time.time() - path.stat().st_mtime
+    except OSError as error:
+        raise UsageError(f"--check-report {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise UsageError(f"--check-report {path}: not a JSON report ({error})") from None
+    problem = report_problem(report, age, args.max_age, [h.name for h in inventory.hosts])
+    if problem:
+        note(f"clusterkit: --check-report {path}: {problem}: nothing was started")
+        return Gate(ExitStatus.USAGE, f"report {path}")
+    note(f"clusterkit: reusing the check report {path} ({age:.0f} s old)")
+    facts = {name: entry.get("facts") or {} for name, entry in report["hosts"].items()}
+    details = dict(report.get("details") or {})
+    if args.print or args.print_dir:
+        return Gate(ExitStatus.PASSED, f"report {path}", facts, details)
+    gate = connect_gate(args, inventory, f"report {path}")
+    gate.facts, gate.details = facts, details
+    return gate
+
+
+def report_problem(report: Any, age: float, max_age: float, hosts: list[str]) -> str | None:
+    """Why a saved report cannot stand in for a check now, or None."""
+    if not isinstance(report, dict) or not isinstance(report.get("hosts"), dict):
+        return "not a clusterkit JSON report"
+    if report.get("verdict") != "pass":
+        return f"its verdict is {report.get('verdict')!r}, not pass"
+    if age > max_age:
+        return f"it is {age:.0f} s old, more than --max-age {max_age:g}"
+    named = sorted(report["hosts"])
+    if named != sorted(hosts):
+        return f"it names hosts {', '.join(named)}, the inventory {', '.join(sorted(hosts))}"
+    return None
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+
+def launch_settings(
+    args: argparse.Namespace, inventory: Inventory, gate: Gate, run_id: str
+) -> LaunchSettings:
+    settings = inventory.settings
+    master = inventory.master
+    ordered = [master, *[h for h in inventory.hosts if h is not master]]
+    facts = {h.name: gate.facts[h.name] for h in ordered if gate.facts.get(h.name)}
+    torch_versions = {str((f.get("torch") or {}).get("version")) for f in facts.values()}
+    torch_versions.discard("None")
+    image = settings.image
+    return LaunchSettings(
+        nodes=tuple(PlanNode(h.name, h.python_interpreter or "python3") for h in ordered),
+        master_addr=master_address(inventory, gate.details),
+        master_port=settings.master_port,
+        nproc_per_node=ranks_per_node(args.nproc_per_node, settings.expect.gpus_per_node, facts),
+        script=tuple(args.job),
+        interface=settings.interface,
+        join_timeout=int(args.join_timeout),
+        torch_version=min(torch_versions) if len(torch_versions) == 1 else None,
+        image=image,
+        image_run_args=image_run_args(gate.details) if image else (),
+        gpus=any(int((f.get("gpus") or {}).get("count") or 0) > 0 for f in facts.values()),
+        workdir=args.workdir,
+        run_id=run_id,
+    )
+
+
+def master_address(inventory: Inventory, details: dict[str, Any]) -> str:
+    """The master's address as every node resolved it in the network stage (when they all
+    agree), else `clusterkit.master` as written: what the check validated."""
+    name = NetworkOptions.from_inventory(inventory).master_name
+    nodes = (details.get("network") or {}).get("nodes") or {}
+    firsts = {
+        tuple(entry.get("master_addresses") or [])[:1]
+        for entry in nodes.values()
+        if isinstance(entry, dict) and entry.get("ran")
+    }
+    if len(firsts) == 1 and (only := next(iter(firsts))):
+        return str(only[0])
+    return name
+
+
+def image_run_args(details: dict[str, Any]) -> tuple[str, ...]:
+    """The image's own run flags as the image stage read them from its label, else the
+    flags images built by clusterkit carry by default."""
+    for entry in (details.get("image") or {}).values():
+        if isinstance(entry, dict) and isinstance(entry.get("run_args"), list):
+            return tuple(str(arg) for arg in entry["run_args"] if arg != "--gpus")
+    return DEFAULT_RUN_ARGS
+
+
+def print_plan(plan: list[NodeLaunch], directory: str | None) -> None:
+    if directory:
+        folder = Path(directory)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for node in plan:
+                env_path = folder / f"{node.host}.env"
+                env_path.write_text(node.env_file())
+                script = folder / f"{node.host}.sh"
+                script.write_text(node.script(str(env_path.resolve())))
+                script.chmod(0o755)
+        except OSError as error:
+            raise UsageError(f"--print-dir {directory}: {error.strerror}") from None
+    sys.stdout.write(render_plan(plan, directory or "."))
+
+
+# --- the job ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the job like Ctrl-C does: nothing may be left running on any node."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def report_outcome(outcome: JobOutcome, options: SuperviseOptions) -> None:
+    lines = [f"clusterkit: job {outcome.result} after {outcome.seconds:.1f} s: {outcome.message}"]
+    first = outcome.first_failure
+    if first is not None and first.last_lines:
+        lines.append(f"clusterkit: last lines of {first.who}:")
+        lines += [f"  {line}" for line in first.last_lines[-10:]]
+    if outcome.hang is not None:
+        hang = outcome.hang
+        for odd in hang.odd_ones_out:
+            lines.append(f"clusterkit: odd one out: {odd}")
+        if hang.missing:
+            lines.append(f"clusterkit: no stacks from {', '.join(hang.missing)}")
+        if options.log_dir is not None:
+            lines.append(f"clusterkit: stack dumps in {options.log_dir}/stacks-HOST-RANK.txt")
+    lines.append(f"clusterkit: exit status {outcome.status}")
+    text = "\n".join(lines)
+    note(text)
+    if options.log_dir is not None:
+        (options.log_dir / "outcome.txt").write_text(text + "\n")

@@ -1,0 +1,1 @@
+"""`clusterkit launch`: the checked settings reach the job; a failed or hung job explains itself."""

@@ -1,0 +1,430 @@
+"""Launch, node side: runs this node's share of the job and answers for it until it ends.
+
+Shipped over stdin behind the network stage's bootstrap (stdlib only, Python 3.8+), started
+with the node's interpreter. It runs torchrun (or `docker run` around it) in a session of
+its own, with a marker variable every process of the job inherits, and:
+
+- forwards torchrun's stdout and stderr line by line to its own stdout;
+- prints control messages as "<token> <json>" lines (the token is random per run, so the
+  job's own output cannot forge one): started, dump, exit;
+- reads commands on stdin: "dump" answers with every rank's Python stacks (py-spy when the
+  node has it, else the faulthandler fallback below), "stop" ends the job;
+- end of stdin (the control side died, or its connection did) also ends the job;
+- when torchrun ends, kills whatever the job left behind, removes its run folder and exits.
+
+Processes of the job are found by the marker in /proc/PID/environ, so ranks torchrun starts
+in sessions of their own, their children, and processes inside the container are all found.
+A rank is a marked process with GROUP_RANK (torchrun sets it for workers) whose parent has
+none (a DataLoader worker's parent is a rank).
+
+Without py-spy, a sitecustomize put first on PYTHONPATH registers faulthandler for SIGUSR1 in
+every rank, writing into the run folder; a dump signals the ranks and reads those files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+MARKER = "CLUSTERKIT_LAUNCH"
+STACK_DIR_VARIABLE = "CLUSTERKIT_STACK_DIR"
+PY_SPY_SECONDS = 20.0
+FAULTHANDLER_SECONDS = 3.0
+LINE_LIMIT = 64 * 1024
+HEARTBEAT_SECONDS = 5.0
+
+SITECUSTOMIZE = r'''
+"""clusterkit launch: SIGUSR1 prints this rank's Python stacks (py-spy is not installed)."""
+import os as _os
+
+
+def _clusterkit_register():
+    folder = _os.environ.get("CLUSTERKIT_STACK_DIR")
+    rank = _os.environ.get("RANK")
+    if not folder or rank is None or not _os.environ.get("GROUP_RANK"):
+        return
+    import faulthandler
+    import signal
+
+    try:
+        path = _os.path.join(folder, "rank-%s.%d.txt" % (rank, _os.getpid()))
+        stream = open(path, "w")
+        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+        globals()["_clusterkit_stream"] = stream
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _clusterkit_chain():
+    """Run the sitecustomize this one hides, if there is one."""
+    import importlib
+    import sys
+
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if _os.path.abspath(p or ".") != here]
+    mine = sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+
+
+_clusterkit_register()
+_clusterkit_chain()
+'''
+
+
+class Runner:
+    def __init__(self, spec):
+        self.spec = spec
+        self.token = spec["token"].encode()
+        self.marker = ("%s=%s" % (MARKER, spec["marker"])).encode()
+        self.run_dir = spec["run_dir"]
+        self.write_lock = threading.Lock()
+        self.stop_requested = threading.Event()
+        self.child = None
+        self.py_spy = None
+        self.grace = float(spec.get("stop_grace", 5.0))
+
+    def hurry(self):
+        self.grace = min(self.grace, 1.0)
+        self.stop_requested.set()
+
+    # --- output -------------------------------------------------------------------------
+
+    def write(self, data):
+        out = getattr(sys.stdout, "buffer", sys.stdout)
+        with self.write_lock:
+            try:
+                out.write(data)
+                out.flush()
+            except (OSError, ValueError):
+                self.stop_requested.set()  # nobody is listening any more
+
+    def control(self, payload):
+        line = json.dumps(payload, separators=(",", ":"), default=str).encode()
+        self.write(self.token + b" " + line + b"\n")
+
+    def forward(self, stream):
+        while True:
+            line = stream.readline(LINE_LIMIT)
+            if not line:
+                return
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            self.write(line)
+
+    # --- start --------------------------------------------------------------------------
+
+    def environment(self):
+        env = dict(os.environ)
+        env.update(self.spec["env"])
+        env[MARKER] = self.spec["marker"]
+        if self.py_spy is None:
+            site = os.path.join(self.run_dir, "site")
+            stacks = os.path.join(self.run_dir, "stacks")
+            os.makedirs(site, exist_ok=True)
+            os.makedirs(stacks, exist_ok=True)
+            with open(os.path.join(site, "sitecustomize.py"), "w") as handle:
+                handle.write(SITECUSTOMIZE)
+            env["PYTHONPATH"] = site + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            env[STACK_DIR_VARIABLE] = stacks
+        return env
+
+    def start(self):
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.py_spy = find_py_spy()
+        self.child = subprocess.Popen(
+            self.spec["argv"],
+            cwd=self.spec.get("workdir") or None,
+            env=self.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.control(
+            {
+                "event": "started",
+                "pid": self.child.pid,
+                "hostname": socket.gethostname(),
+                "stacks": "py-spy" if self.py_spy else "faulthandler",
+            }
+        )
+
+    # --- commands -----------------------------------------------------------------------
+
+    def listen(self):
+        """Commands on stdin; its end means the control side is gone: stop the job."""
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        while True:
+            line = stdin.readline()
+            if not line:
+                self.stop_requested.set()
+                return
+            command = line.strip().decode("utf-8", "replace")
+            if command == "dump":
+                threading.Thread(target=self.dump, daemon=True).start()
+            elif command == "stop":
+                self.stop_requested.set()
+
+    def heartbeat(self):
+        """A line every few seconds, so a silent job is told from a lost node."""
+        while True:
+            time.sleep(HEARTBEAT_SECONDS)
+            self.control({"event": "alive"})
+
+    def dump(self):
+        ranks = []
+        found = ranks_of(self.marker)
+        if self.py_spy is None:
+            signal_ranks(found)
+        threads = []
+        for pid, env in sorted(found.items(), key=lambda item: rank_number(item[1])):
+            entry = {"rank": rank_number(env), "local_rank": env.get("LOCAL_RANK"), "pid": pid}
+            ranks.append(entry)
+            target = self.py_spy_dump if self.py_spy else self.faulthandler_dump
+            thread = threading.Thread(target=target, args=(entry,), daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join(PY_SPY_SECONDS + 1)
+        for entry in ranks:
+            entry["sources"] = source_lines(entry.get("raw") or "", entry["pid"])
+        self.control({"event": "dump", "ranks": ranks})
+
+    def py_spy_dump(self, entry):
+        entry["method"] = "py-spy"
+        argv = [self.py_spy, "dump", "--pid", str(entry["pid"]), "--json"]
+        try:
+            done = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                timeout=PY_SPY_SECONDS,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            entry["error"] = "py-spy: %s" % error
+            return
+        entry["raw"] = done.stdout.decode("utf-8", "replace")
+        if done.returncode != 0:
+            entry["error"] = "py-spy exited %d: %s" % (
+                done.returncode,
+                done.stderr.decode("utf-8", "replace").strip()[-300:],
+            )
+
+    def faulthandler_dump(self, entry):
+        entry["method"] = "faulthandler"
+        path = os.path.join(
+            self.run_dir, "stacks", "rank-%s.%d.txt" % (entry["rank"], entry["pid"])
+        )
+        text, seen, stable_since = "", -1, time.monotonic()
+        end = time.monotonic() + FAULTHANDLER_SECONDS
+        while time.monotonic() < end:
+            try:
+                with open(path, errors="replace") as handle:
+                    text = handle.read()
+            except OSError:
+                text = ""
+            if len(text) != seen:
+                seen, stable_since = len(text), time.monotonic()
+            elif text and time.monotonic() - stable_since > 0.2:
+                break
+            time.sleep(0.05)
+        entry["raw"] = text
+        if not text:
+            entry["error"] = "no stack: py-spy is missing and the rank wrote no faulthandler dump"
+
+    # --- end ----------------------------------------------------------------------------
+
+    def stop(self, grace=None):
+        """TERM every process of the job (and the container), KILL what is left after the
+        grace (`self.grace` by default, which a TERM to this runner shortens meanwhile)."""
+        container = self.spec.get("container")
+        if container:
+            quiet_run(["docker", "kill", "--signal", "TERM", container], 10)
+        signal_all(self.job_pids(), signal.SIGTERM)
+        started = time.monotonic()
+        while time.monotonic() < started + (self.grace if grace is None else grace):
+            if not self.job_pids():
+                break
+            time.sleep(0.05)
+        left = self.job_pids()
+        if container and left:
+            quiet_run(["docker", "kill", container], 10)
+        signal_all(self.job_pids(), signal.SIGKILL)
+        return len(left)
+
+    def job_pids(self):
+        pids = set(marked_processes(self.marker))
+        if self.child is not None and self.child.poll() is None:
+            pids.add(self.child.pid)
+        pids.discard(os.getpid())
+        return pids
+
+    def run(self):
+        try:
+            self.start()
+        except OSError as error:
+            self.control({"event": "exit", "code": 127, "error": str(error)})
+            return 0
+        pumps = [
+            threading.Thread(target=self.forward, args=(stream,), daemon=True)
+            for stream in (self.child.stdout, self.child.stderr)
+        ]
+        for pump in pumps:
+            pump.start()
+        threading.Thread(target=self.listen, daemon=True).start()
+        threading.Thread(target=self.heartbeat, daemon=True).start()
+        stopped = False
+        while self.child.poll() is None:
+            if self.stop_requested.wait(0.1):
+                stopped = True
+                self.stop()
+                break
+        code = self.child.wait()
+        for pump in pumps:
+            pump.join(2.0)
+        leftovers = self.stop(1.0) if self.job_pids() else 0
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.control({"event": "exit", "code": code, "stopped": stopped, "leftovers": leftovers})
+        return 0
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def read_environ(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def marked_processes(marker):
+    """pid -> raw environ of every process carrying the marker (zombies have none)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            raw = read_environ(int(name))
+            if marker in raw.split(b"\0"):
+                found[int(name)] = raw
+    return found
+
+
+def parse_environ(raw):
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def parent_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ranks_of(marker):
+    """pid -> environ of each rank: a marked worker whose parent is not a worker."""
+    marked = {pid: parse_environ(raw) for pid, raw in marked_processes(marker).items()}
+    workers = {pid: env for pid, env in marked.items() if "GROUP_RANK" in env and "RANK" in env}
+    return {pid: env for pid, env in workers.items() if parent_of(pid) not in workers}
+
+
+def rank_number(env):
+    try:
+        return int(env.get("RANK"))
+    except (TypeError, ValueError):
+        return -1
+
+
+def signal_ranks(found):
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGUSR1)
+
+
+def signal_all(pids, sig):
+    for pid in pids:
+        for target in (-pid, pid):  # its group when it leads one, and itself
+            with contextlib.suppress(OSError):
+                os.kill(target, sig)
+
+
+def quiet_run(argv, timeout):
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+
+
+def find_py_spy():
+    """py-spy beside this interpreter (a venv's bin), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("py-spy")
+
+
+def source_lines(raw, pid):
+    """'file:line' -> the source text, for every frame in a dump (read on the node, through
+    the process's root so files inside a container are found too)."""
+    import re
+
+    try:
+        threads = json.loads(raw)
+        frames = [frame for thread in threads for frame in thread.get("frames") or []]
+        pairs = {(str(f.get("filename")), str(f.get("line"))) for f in frames}
+    except (ValueError, TypeError, AttributeError):
+        pairs = set(re.findall(r'File "([^"]+)", line (\d+)', raw))
+    sources = {}
+    for filename, number in pairs:
+        for path in ("/proc/%d/root%s" % (pid, filename), filename):
+            try:
+                with open(path, errors="replace") as handle:
+                    for index, text in enumerate(handle, 1):
+                        if index == int(number):
+                            sources["%s:%s" % (filename, number)] = text.strip()[:200]
+                            break
+                break
+            except OSError:
+                continue
+    return sources
+
+
+def main(argv):
+    spec = json.loads(argv[1])
+    runner = Runner(spec)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the control side decides; stdin ends it
+    # The transport's kill (and the node-side `timeout`) sends TERM, then KILL 2 s later:
+    # stop the job at once, without the usual grace.
+    signal.signal(signal.SIGTERM, lambda *_: runner.hurry())
+    return runner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,432 @@
+"""Run a launch plan on every node and watch it: output, first failure, hangs, stops.
+
+One node process per node (clusterkit/launch/node.py) over the node's transport. One thread
+per node owns its process (send, read, finish) and turns what it reads into events; the
+calling thread takes the events in order, prints every rank's lines as `host/rank: ...`,
+keeps each rank's last lines, and decides:
+
+- a node reports a failed torchrun: wait FAILURE_GRACE for the other nodes' reports (a
+  peer's death makes others fail too), name the first failure, stop the rest;
+- no rank printed for `hang_timeout` (or NCCL's watchdog says a collective timed out): ask
+  every node for every rank's stacks, group the ranks by where they wait, stop the job;
+- a node says nothing at all (not even its heartbeat) for `node_timeout`, or its
+  connection ends without an exit report: the node is lost, the rest is stopped;
+- Ctrl-C or SIGTERM: stop everything.
+
+Stopping is the node process's job ("stop", or the end of its stdin); when a node does not
+confirm within the grace, its process group is killed over the connection and a sweep by
+the job's marker variable kills whatever is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+from clusterkit.errors import TransportError
+from clusterkit.launch import failure as failures
+from clusterkit.launch import stacks
+from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
+from clusterkit.net.stage import BOOTSTRAP
+from clusterkit.status import ExitStatus
+from clusterkit.transport.base import Deadline, RemoteProcess, Transport
+
+START_SECONDS = 30.0  # the server starts the node process by then
+FAILURE_GRACE = 2.0  # after a node fails, how long the others may report their own failure
+DUMP_SECONDS = 45.0  # every node's stack dumps are back by then (py-spy: ~0.1 s a rank)
+STOP_MARGIN = 8.0  # beyond the stop grace, before a node's process group is killed
+NODE_TIMEOUT = 60.0  # no byte from a node (heartbeats come every 5 s): it is lost
+LAST_LINES = 20  # kept per rank for the failure report
+HUNG_STATUS = 124  # like timeout(1): the job was stopped because it made no progress
+_RANK_LINE = re.compile(rb"^\[rank(\d+)\]:(.*)$", re.S)
+_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|watchdog timeout", re.I)
+
+# Ends every process carrying the job's marker on this node: the backstop when the node
+# process cannot be reached any more to do it (killed, wedged).
+SWEEP_SCRIPT = r"""
+marker=$1
+for d in /proc/[0-9]*; do
+  if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$marker"; then
+    kill -KILL "${d#/proc/}" 2>/dev/null
+  fi
+done
+true
+"""
+
+
+def node_source() -> bytes:
+    return resources.files("clusterkit.launch").joinpath("node.py").read_bytes()
+
+
+@dataclass
+class SuperviseOptions:
+    hang_timeout: float | None = None  # None: no hang detection
+    stop_grace: float = 5.0  # ranks get this long after SIGTERM before SIGKILL
+    node_timeout: float = NODE_TIMEOUT
+    time_limit: float | None = None  # None: as long as it runs
+    log_dir: Path | None = None
+    out: TextIO | None = None  # where `host/rank: line` goes (default: stdout)
+    note: Callable[[str], None] = print  # clusterkit's own messages
+
+
+@dataclass
+class HangReport:
+    groups: list[stacks.Group]
+    stacks: list[stacks.RankStack]
+    missing: list[str]  # hosts whose dumps did not come back
+    reason: str
+
+    @property
+    def summary(self) -> str:
+        return stacks.summary(self.groups)
+
+    @property
+    def odd_ones_out(self) -> list[str]:
+        return stacks.odd_ones_out(self.groups)
+
+
+@dataclass
+class JobOutcome:
+    status: int
+    result: str  # succeeded, failed, lost, hung, interrupted
+    message: str
+    first_failure: failures.Failure | None = None
+    hang: HangReport | None = None
+    node_codes: dict[str, int | None] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Node:
+    plan: NodeLaunch
+    transport: Transport
+    commands: queue.Queue[bytes] = field(default_factory=queue.Queue)
+    thread: threading.Thread | None = None
+    exit_code: int | None = None
+    reported_at: float | None = None  # when its exit report came
+    stopped_by_us: bool = False
+    ended: bool = False
+    lost: bool = False
+    error: str | None = None
+    heard_at: float = field(default_factory=time.monotonic)
+    agent_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
+    dump: list[dict[str, Any]] | None = None
+    stacks_method: str | None = None
+
+    @property
+    def host(self) -> str:
+        return self.plan.host
+
+
+class Supervisor:
+    """Runs one launch plan to its end; `run()` returns the outcome, never leaves a process."""
+
+    def __init__(
+        self,
+        transports: Mapping[str, Transport],
+        plan: Sequence[NodeLaunch],
+        run_id: str,
+        pythons: Mapping[str, str],
+        options: SuperviseOptions,
+    ) -> None:
+        self.nodes = {item.host: _Node(item, transports[item.host]) for item in plan}
+        self.run_id, self.pythons, self.options = run_id, pythons, options
+        self.token = "clusterkit-" + secrets.token_hex(8)
+        self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.last_lines: dict[tuple[str, int], deque[str]] = {}
+        self.logs: dict[tuple[str, int | None], TextIO] = {}
+        self.failures: list[failures.Failure] = []
+        self.failed_at: float | None = None
+        self.stopping_since: float | None = None
+        self.stop_reason = ""
+        self.last_progress = time.monotonic()
+        self.dump_since: float | None = None
+        self.hang: HangReport | None = None
+        self.hang_reason = ""
+        self.interrupted = False
+        self.started = time.monotonic()
+
+    # --- the node threads -------------------------------------------------------------
+
+    def _node_argv(self, node: _Node, source: bytes) -> list[str]:
+        spec = {
+            "token": self.token,
+            "marker": f"{self.run_id}/{node.plan.node_rank}",
+            "argv": list(node.plan.argv),
+            "env": node.plan.env,
+            "run_dir": node.plan.run_dir,
+            "workdir": node.plan.workdir,
+            "container": node.plan.container,
+            "stop_grace": self.options.stop_grace,
+        }
+        python = self.pythons.get(node.host, "python3")
+        return [python, "-S", "-c", BOOTSTRAP, str(len(source)), json.dumps(spec)]
+
+    def _pump(self, node: _Node, source: bytes, deadline: Deadline) -> None:
+        process: RemoteProcess | None = None
+        try:
+            process = node.transport.start(
+                self._node_argv(node, source),
+                deadline=deadline,
+                start_by=Deadline.after(START_SECONDS),
+            )
+            process.send(source)
+            while True:
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        process.send(node.commands.get_nowait())
+                chunk = process.read_lines(Deadline.after(0.2))
+                for line in chunk.splitlines():
+                    self.events.put(("line", node.host, line))
+                if not chunk and process.exited:
+                    break
+                if node.stopped_by_us and node.commands.empty() and self._stop_overdue():
+                    break
+            result = process.finish(Deadline.after(2.0))
+            for line in result.stdout.splitlines():
+                self.events.put(("line", node.host, line))
+            self.events.put(("ended", node.host, result.stderr_tail()))
+        except TransportError as error:
+            if process is not None:
+                with contextlib.suppress(TransportError):
+                    process.finish(Deadline.after(2.0))
+            self.events.put(("ended", node.host, f"{error.kind}: {error.detail}"))
+
+    def _stop_overdue(self) -> bool:
+        since = self.stopping_since
+        return since is not None and time.monotonic() - since > self.options.stop_grace + (
+            STOP_MARGIN
+        )
+
+    # --- the calling thread -------------------------------------------------------------
+
+    def run(self) -> JobOutcome:
+        source = node_source()
+        limit = self.options.time_limit or 30 * 24 * 3600.0
+        deadline = Deadline.after(limit)
+        for node in self.nodes.values():
+            node.thread = threading.Thread(
+                target=self._pump, args=(node, source, deadline), daemon=True
+            )
+            node.thread.start()
+        try:
+            self._watch(deadline)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.options.note("clusterkit: interrupted: stopping the job on every node")
+            self._stop_all("interrupted")
+            try:
+                self._watch(deadline)
+            except KeyboardInterrupt:
+                self._abandon()
+        finally:
+            self._sweep_unconfirmed()
+            for handle in self.logs.values():
+                handle.close()
+        return self._outcome()
+
+    def _watch(self, deadline: Deadline) -> None:
+        while not all(node.ended for node in self.nodes.values()):
+            try:
+                kind, host, payload = self.events.get(timeout=0.2)
+            except queue.Empty:
+                kind = ""
+            if kind:
+                self._handle(kind, self.nodes[host], payload)
+            self._decide(deadline)
+
+    def _handle(self, kind: str, node: _Node, payload: Any) -> None:
+        node.heard_at = time.monotonic()
+        if kind == "line":
+            self._line(node, payload)
+        elif kind == "ended":
+            node.ended = True
+            if node.reported_at is None and not node.stopped_by_us:
+                node.lost = True
+                node.error = str(payload or "the node process ended without a report")
+                self._fail(failures.Failure(node.host, None, None, time.monotonic(), lost=True))
+
+    def _line(self, node: _Node, raw: bytes) -> None:
+        if raw.startswith(self.token.encode() + b" "):
+            with contextlib.suppress(ValueError):
+                self._control(node, json.loads(raw[len(self.token) + 1 :]))
+            return
+        match = _RANK_LINE.match(raw)
+        rank = int(match[1]) if match else None
+        text = (match[2] if match else raw).decode("utf-8", "replace").rstrip("\r")
+        who = f"{node.host}/{rank}" if rank is not None else node.host
+        out = self.options.out
+        print(f"{who}: {text}", file=out, flush=True)
+        self._log(node.host, rank, text)
+        if rank is None:
+            node.agent_lines.append(text)
+        else:
+            self.last_lines.setdefault((node.host, rank), deque(maxlen=LAST_LINES)).append(text)
+            self.last_progress = time.monotonic()
+        if _WATCHDOG.search(text) and not self.hang_reason:
+            self.hang_reason = f"NCCL's watchdog reported a timeout on {who}"
+
+    def _control(self, node: _Node, message: dict[str, Any]) -> None:
+        event = message.get("event")
+        if event == "started":
+            node.stacks_method = message.get("stacks")
+        elif event == "dump":
+            node.dump = list(message.get("ranks") or [])
+        elif event == "exit":
+            node.exit_code = message.get("code")
+            node.reported_at = time.monotonic()
+            if message.get("error"):
+                node.error = str(message["error"])
+                self.options.note(f"clusterkit: {node.host}: cannot start: {node.error}")
+            if node.exit_code != 0 and not node.stopped_by_us:
+                by_rank = {r: list(v) for (h, r), v in self.last_lines.items() if h == node.host}
+                by_rank[-1] = list(node.agent_lines)[-LAST_LINES:]
+                for item in failures.node_failures(
+                    node.host,
+                    int(node.exit_code if node.exit_code is not None else 1),
+                    "\n".join(node.agent_lines),
+                    by_rank,
+                    node.reported_at,
+                ):
+                    self._fail(item)
+
+    def _fail(self, item: failures.Failure) -> None:
+        self.failures.append(item)
+        if self.failed_at is None:
+            self.failed_at = time.monotonic()
+
+    def _decide(self, deadline: Deadline) -> None:
+        now = time.monotonic()
+        for node in self.nodes.values():
+            if not node.ended and not node.lost and now - node.heard_at > self.options.node_timeout:
+                node.lost = True
+                node.error = f"nothing heard for {self.options.node_timeout:g} s"
+                self._fail(failures.Failure(node.host, None, None, now, lost=True))
+        if self.stopping_since is not None:
+            return
+        if self.failed_at is not None:
+            others_done = all(n.ended or n.reported_at for n in self.nodes.values())
+            if now - self.failed_at >= FAILURE_GRACE or others_done:
+                self._stop_all("a rank failed")
+            return
+        if self.dump_since is not None:
+            waiting = [n for n in self._live() if n.dump is None]
+            if not waiting or now - self.dump_since > DUMP_SECONDS:
+                self._analyse_hang(missing=[n.host for n in waiting])
+                self._stop_all("the job hung")
+            return
+        hang = self.options.hang_timeout
+        # The clock starts at the first line a rank prints: imports and the rendezvous
+        # (bounded by its own join timeout) are not progress a job can report.
+        started = self.last_lines
+        if hang and started and now - self.last_progress > hang and not self.hang_reason:
+            self.hang_reason = f"no rank printed anything for {hang:g} s"
+        if self.hang_reason:
+            self.options.note(f"clusterkit: {self.hang_reason}: collecting every rank's stack")
+            self.dump_since = now
+            for node in self._live():
+                node.commands.put(b"dump\n")
+            return
+        if deadline.remaining() <= self.options.stop_grace + STOP_MARGIN:
+            self._stop_all("the time limit was reached")
+
+    def _live(self) -> list[_Node]:
+        return [n for n in self.nodes.values() if not n.ended and not n.lost]
+
+    def _stop_all(self, reason: str) -> None:
+        if self.stopping_since is not None:
+            return
+        self.stopping_since = time.monotonic()
+        self.stop_reason = reason
+        for node in self.nodes.values():
+            if not node.ended and node.reported_at is None:
+                node.stopped_by_us = True
+                node.commands.put(b"stop\n")
+
+    def _analyse_hang(self, missing: list[str]) -> None:
+        parsed = [
+            stacks.parse_dump(node.host, entry)
+            for node in self.nodes.values()
+            for entry in node.dump or []
+        ]
+        groups = stacks.group_ranks(parsed)
+        self.hang = HangReport(groups, parsed, missing, self.hang_reason)
+        if self.options.log_dir is not None:
+            for stack in parsed:
+                path = self.options.log_dir / f"stacks-{stack.host}-{stack.rank}.txt"
+                path.write_text(stack.render())
+
+    def _abandon(self) -> None:
+        """A second Ctrl-C: stop waiting for confirmations; the sweep still runs."""
+        for node in self.nodes.values():
+            node.ended = True
+
+    def _sweep_unconfirmed(self) -> None:
+        """Kill, by marker, what a node that never confirmed its stop may have left."""
+        unconfirmed = [n for n in self.nodes.values() if n.reported_at is None]
+        threads = []
+        for node in unconfirmed:
+            marker = f"{MARKER_VARIABLE}={self.run_id}/{node.plan.node_rank}"
+
+            def sweep(node: _Node = node, marker: str = marker) -> None:
+                with contextlib.suppress(TransportError):
+                    node.transport.run(
+                        ["sh", "-c", SWEEP_SCRIPT, "clusterkit-sweep", marker],
+                        deadline=Deadline.after(10.0),
+                    )
+
+            thread = threading.Thread(target=sweep, daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join(12.0)
+
+    def _log(self, host: str, rank: int | None, text: str) -> None:
+        if self.options.log_dir is None:
+            return
+        handle = self.logs.get((host, rank))
+        if handle is None:
+            name = f"{host}-{rank}.log" if rank is not None else f"{host}-torchrun.log"
+            handle = open(self.options.log_dir / name, "a", encoding="utf-8")  # noqa: SIM115
+            self.logs[(host, rank)] = handle
+        handle.write(text + "\n")
+        handle.flush()
+
+    # --- the verdict --------------------------------------------------------------------
+
+    def _outcome(self) -> JobOutcome:
+        codes = {host: node.exit_code for host, node in self.nodes.items()}
+        seconds = time.monotonic() - self.started
+        if self.interrupted:
+            return JobOutcome(
+                int(ExitStatus.INTERRUPTED),
+                "interrupted",
+                "interrupted: the job was stopped on every node",
+                node_codes=codes,
+                seconds=seconds,
+            )
+        if self.hang is not None:
+            message = f"the job hung ({self.hang.reason}): {self.hang.summary or 'no stacks'}"
+            return JobOutcome(HUNG_STATUS, "hung", message, None, self.hang, codes, seconds)
+        first = failures.first_failure(self.failures)
+        if first is not None:
+            result = "lost" if first.lost else "failed"
+            return JobOutcome(
+                failures.exit_status(first), result, first.describe(), first, None, codes, seconds
+            )
+        if self.stop_reason:
+            return JobOutcome(
+                int(ExitStatus.INCOMPLETE), "stopped", self.stop_reason, None, None, codes, seconds
+            )
+        return JobOutcome(0, "succeeded", "every rank succeeded", None, None, codes, seconds)

@@ -1,0 +1,57 @@
+"""A tiny DDP job for launch tests: trains a linear model on CPU with gloo.
+
+Prints what torchrun gave it (rank, world size, master) so a test can check the job was
+wired as planned, then one line per step. Faults on request:
+  --fail-rank R     rank R raises after the first step
+  --sleep-rank R    rank R sleeps before the second step's collective (a hang)
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--sleep-rank", type=int, default=None)
+    parser.add_argument("--sleep", type=float, default=600.0)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    print(
+        f"joined rank={rank} world={world} master={os.environ['MASTER_ADDR']}:"
+        f"{os.environ['MASTER_PORT']} node_rank={os.environ.get('NODE_RANK')} "
+        f"ifname={os.environ.get('GLOO_SOCKET_IFNAME')}",
+        flush=True,
+    )
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = torch.randn(64, 8)
+    target = data.sum(dim=1, keepdim=True)
+    for step in range(args.steps):
+        if step == 1 and rank == args.fail_rank:
+            raise RuntimeError(f"rank {rank} fails on purpose")
+        if step == 1 and rank == args.sleep_rank:
+            time.sleep(args.sleep)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)
+    print(f"done rank={rank} sum_of_ranks={int(total.item())}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
