@@ -533,6 +533,13 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
         help="no rank printed for this long: dump every rank's stack and stop (default: off)",
     )
     watch.add_argument(
+        "--stacks",
+        choices=("auto", "py-spy", "faulthandler"),
+        default="auto",
+        help="how a hang reads the ranks' stacks: py-spy on the node when it is there, else "
+        "faulthandler (a SIGUSR1 handler installed in every rank) (default: auto)",
+    )
+    watch.add_argument(
         "--stop-grace",
         type=_positive_float,
         default=5.0,
@@ -606,9 +613,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def dispatch(args: argparse.Namespace) -> ExitStatus:
+def dispatch(args: argparse.Namespace) -> ExitStatus | int:
+    """The command's exit status: an ExitStatus, or (launch) the job's own status."""
     module_name, _, function_name = args.handler.partition(":")
-    handler: Callable[[argparse.Namespace], ExitStatus] = getattr(
+    handler: Callable[[argparse.Namespace], ExitStatus | int] = getattr(
         importlib.import_module(module_name), function_name
     )
-    return ExitStatus(handler(args))
+    status = handler(args)
+    return ExitStatus(status) if status in set(ExitStatus) else int(status)

@@ -105,6 +105,7 @@ def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
     return SuperviseOptions(
         hang_timeout=args.hang_timeout,
         stop_grace=args.stop_grace,
+        stacks=args.stacks,
         time_limit=args.time_limit,
         log_dir=log_dir,
         note=note,
@@ -145,7 +146,6 @@ def check_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
                 inventory,
                 Deadline.after(args.timeout),
                 workers=args.forks,
-                options=inventory.settings.raw.get("probe") or {},
                 on_done=bar.done,
             )
             findings += [
@@ -189,7 +189,6 @@ def connect_gate(args: argparse.Namespace, inventory: Inventory, how: str) -> Ga
         inventory,
         Deadline.after(PROBE_SECONDS),
         workers=args.forks,
-        options=inventory.settings.raw.get("probe") or {},
     )
     return Gate(ExitStatus.PASSED, how, probed.facts, {}, connections)
 
@@ -255,7 +254,7 @@ def launch_settings(
         join_timeout=int(args.join_timeout),
         torch_version=min(torch_versions) if len(torch_versions) == 1 else None,
         image=image,
-        image_run_args=image_run_args(gate.details) if image else (),
+        image_run_args=image_run_args(settings.image_run_args, gate.details) if image else (),
         gpus=any(int((f.get("gpus") or {}).get("count") or 0) > 0 for f in facts.values()),
         workdir=args.workdir,
         run_id=run_id,
@@ -277,9 +276,11 @@ def master_address(inventory: Inventory, details: dict[str, Any]) -> str:
     return name
 
 
-def image_run_args(details: dict[str, Any]) -> tuple[str, ...]:
-    """The image's own run flags as the image stage read them from its label, else the
-    flags images built by clusterkit carry by default."""
+def image_run_args(configured: tuple[str, ...] | None, details: dict[str, Any]) -> tuple[str, ...]:
+    """clusterkit.image_run_args, else the image's own run flags as the image stage read
+    them from its label, else the flags images built by clusterkit carry by default."""
+    if configured is not None:
+        return configured
     for entry in (details.get("image") or {}).values():
         if isinstance(entry, dict) and isinstance(entry.get("run_args"), list):
             return tuple(str(arg) for arg in entry["run_args"] if arg != "--gpus")

@@ -42,7 +42,7 @@ LINE_LIMIT = 64 * 1024
 HEARTBEAT_SECONDS = 5.0
 
 SITECUSTOMIZE = r'''
-"""clusterkit launch: SIGUSR1 prints this rank's Python stacks (py-spy is not installed)."""
+"""clusterkit launch: SIGUSR1 prints this rank's Python stacks (no py-spy to ask)."""
 import os as _os
 
 
@@ -146,7 +146,10 @@ class Runner:
 
     def start(self):
         os.makedirs(self.run_dir, exist_ok=True)
-        self.py_spy = find_py_spy()
+        tool = self.spec.get("stacks") or "auto"
+        self.py_spy = None if tool == "faulthandler" else find_py_spy()
+        if tool == "py-spy" and self.py_spy is None:
+            raise OSError("py-spy is not installed on this node (--stacks py-spy)")
         self.child = subprocess.Popen(
             self.spec["argv"],
             cwd=self.spec.get("workdir") or None,

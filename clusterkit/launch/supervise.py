@@ -73,6 +73,7 @@ def node_source() -> bytes:
 class SuperviseOptions:
     hang_timeout: float | None = None  # None: no hang detection
     stop_grace: float = 5.0  # ranks get this long after SIGTERM before SIGKILL
+    stacks: str = "auto"  # how ranks' stacks are read: auto, py-spy, faulthandler
     node_timeout: float = NODE_TIMEOUT
     time_limit: float | None = None  # None: as long as it runs
     log_dir: Path | None = None
@@ -169,6 +170,7 @@ class Supervisor:
             "workdir": node.plan.workdir,
             "container": node.plan.container,
             "stop_grace": self.options.stop_grace,
+            "stacks": self.options.stacks,
         }
         python = self.pythons.get(node.host, "python3")
         return [python, "-S", "-c", BOOTSTRAP, str(len(source)), json.dumps(spec)]
@@ -265,9 +267,12 @@ class Supervisor:
         match = _RANK_LINE.match(raw)
         rank = int(match[1]) if match else None
         text = (match[2] if match else raw).decode("utf-8", "replace").rstrip("\r")
+        if rank is not None and text.startswith(own := f"[rank{rank}]:"):
+            text = text[len(own) :].lstrip(" ")  # torch's own prefix on its error lines
         who = f"{node.host}/{rank}" if rank is not None else node.host
-        out = self.options.out
-        print(f"{who}: {text}", file=out, flush=True)
+        # Once we stop the job, torchrun's complaints about being stopped go to the log only.
+        if rank is not None or self.stopping_since is None:
+            print(f"{who}: {text}", file=self.options.out, flush=True)
         self._log(node.host, rank, text)
         if rank is None:
             node.agent_lines.append(text)

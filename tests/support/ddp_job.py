@@ -3,7 +3,7 @@
 Prints what torchrun gave it (rank, world size, master) so a test can check the job was
 wired as planned, then one line per step. Faults on request:
   --fail-rank R     rank R raises after the first step
-  --sleep-rank R    rank R sleeps before the second step's collective (a hang)
+  --sleep-rank R    rank R sleeps before the second step's all_reduce (a hang)
 """
 
 import argparse
@@ -22,6 +22,7 @@ def main() -> int:
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--sleep-rank", type=int, default=None)
     parser.add_argument("--sleep", type=float, default=600.0)
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -41,14 +42,18 @@ def main() -> int:
             raise RuntimeError(f"rank {rank} fails on purpose")
         if step == 1 and rank == args.sleep_rank:
             time.sleep(args.sleep)
+        if step == 1:
+            dist.all_reduce(torch.ones(1))  # where the others wait for a sleeping rank
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(data), target)
         loss.backward()
         optimizer.step()
         print(f"step {step} loss {loss.item():.4f}", flush=True)
+        time.sleep(args.step_seconds)
     total = torch.tensor([float(rank)])
     dist.all_reduce(total)
     print(f"done rank={rank} sum_of_ranks={int(total.item())}", flush=True)
+    dist.barrier()  # nobody tears gloo down while a peer still talks to it
     dist.destroy_process_group()
     return 0
 

@@ -1,0 +1,236 @@
+"""`clusterkit launch` on real hosts: namespace nodes with sshd, real torchrun, gloo on CPU.
+
+Three nodes run one rank each of tests/support/ddp_job.py (a tiny DDP model). The gate is
+the real check (the bench stage skipped to save time: the network stage is what proves the
+master port and the mesh); the job's output comes back through the real SSH connections.
+After every test no process of the job may remain on any node.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.netcluster import NetCluster
+
+JOB = str(Path(__file__).resolve().parents[1] / "support" / "ddp_job.py")
+NODES = 3
+
+
+def inventory(cluster: NetCluster, tmp_path: Path) -> Path:
+    return cluster.inventory(tmp_path / "inventory.yaml", nodes=cluster.nodes[:NODES])
+
+
+def launch_argv(path: Path, *options: str, job: tuple[str, ...] = ()) -> list[str]:
+    return [
+        sys.executable, "-m", "clusterkit", "launch", str(path), "--skip", "bench",
+        *options, "--", JOB, *job,
+    ]  # fmt: skip
+
+
+def launch(path: Path, *options: str, job: tuple[str, ...] = (), timeout: float = 300):
+    return subprocess.run(
+        launch_argv(path, *options, job=job),
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def wait_until_clean(cluster: NetCluster, seconds: float = 15.0) -> None:
+    """No process of any job on any node and no run folder left (sshd reaps sessions
+    lazily: wait for the condition, do not sleep a fixed time)."""
+    end = time.monotonic() + seconds
+    while True:
+        left = {n.name: [p.command for p in n.processes()] for n in cluster.nodes}
+        left = {name: commands for name, commands in left.items() if commands}
+        folders = glob.glob("/tmp/clusterkit-launch-*")
+        if (not left and not folders) or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert left == {}
+    assert folders == []
+
+
+def test_a_ddp_job_trains_to_the_end_with_the_checked_settings(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    done = launch(inventory(cluster, tmp_path), "--log-dir", str(logs), job=("--steps", "3"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    master = cluster.nodes[0].address  # the address every node resolved node1 to
+    for rank, node in enumerate(cluster.nodes[:NODES]):
+        joined = (
+            f"{node.name}/{rank}: joined rank={rank} world={NODES} master={master}:29500 "
+            f"node_rank={rank} ifname=eth0"
+        )
+        assert joined in done.stdout, done.stdout[-3000:]
+        assert f"{node.name}/{rank}: done rank={rank} sum_of_ranks=3" in done.stdout
+        log = (logs / f"{node.name}-{rank}.log").read_text()
+        assert "step 2 loss" in log and log.count("\n") >= 5
+    assert "check passed" in done.stderr
+    assert "job succeeded" in done.stderr
+    wait_until_clean(cluster)
+
+
+def test_the_gate_refuses_a_blocked_master_port_and_starts_nothing(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    cluster.nodes[0].iptables("-I", "INPUT", "-p", "tcp", "--dport", "29500", "-j", "DROP")
+    done = launch(inventory(cluster, tmp_path))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "nothing was started" in done.stderr
+    assert "net.rendezvous" in done.stdout  # the check's report says why
+    assert "joined" not in done.stdout and "launching" not in done.stderr
+    wait_until_clean(cluster)
+
+
+def test_a_raising_rank_stops_the_job_everywhere_and_is_named(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    done = launch(
+        inventory(cluster, tmp_path),
+        job=("--fail-rank", "2", "--steps", "50", "--step-seconds", "0.2"),
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "job failed" in done.stderr
+    assert "rank 2 on node3 exited with status 1" in done.stderr
+    assert "last lines of rank 2 on node3:" in done.stderr
+    assert "RuntimeError: rank 2 fails on purpose" in done.stderr
+    assert "done rank=" not in done.stdout  # nobody ran to the end
+    wait_until_clean(cluster)
+
+
+@pytest.mark.parametrize("stacks", ["py-spy", "faulthandler"])
+def test_a_sleeping_rank_is_reported_hung_and_singled_out(
+    cluster: NetCluster, tmp_path: Path, stacks: str
+) -> None:
+    hang_timeout = 15.0  # above a busy machine's slowest step; the sleep is 600 s
+    logs = tmp_path / "logs"
+    argv = launch_argv(
+        inventory(cluster, tmp_path),
+        "--hang-timeout", str(hang_timeout), "--stacks", stacks, "--log-dir", str(logs),
+        job=("--sleep-rank", "2", "--steps", "3"),
+    )  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    last_progress = [0.0]
+
+    def watch_stdout() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            last_progress[0] = time.monotonic()
+            del line
+
+    reader = threading.Thread(target=watch_stdout, daemon=True)
+    reader.start()
+    _, stderr = process.communicate(timeout=300)
+    ended = time.monotonic()
+    reader.join(5)
+    assert process.returncode == 124, stderr[-3000:]
+    # The report came within the hang timeout plus the dump and stop time.
+    assert ended - last_progress[0] < hang_timeout + 25, stderr[-2000:]
+    summary = re.search(r"the job hung \(no rank printed anything for 15 s\): (.*)", stderr)
+    assert summary, stderr[-3000:]
+    assert re.search(r"ranks 0-1 in all_reduce at ddp_job\.py:\d+", summary[1]), summary[1]
+    odd = re.search(r"odd one out: rank 2 on node3 at ddp_job\.py:\d+ in main (.*)", stderr)
+    assert odd and "time.sleep(args.sleep)" in odd[1], stderr[-2000:]
+    dump = (logs / "stacks-node3-2.txt").read_text()
+    assert f", {stacks})" in dump and "time.sleep(args.sleep)" in dump
+    assert "all_reduce" in (logs / "stacks-node1-0.txt").read_text()
+    wait_until_clean(cluster)
+
+
+def test_ctrl_c_leaves_no_process_on_any_node(cluster: NetCluster, tmp_path: Path) -> None:
+    argv = launch_argv(
+        inventory(cluster, tmp_path), job=("--steps", "100000", "--step-seconds", "0.1")
+    )
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    seen: set[str] = set()
+    end = time.monotonic() + 240
+    for line in process.stdout:  # every rank trains before the interrupt
+        if " step " in f" {line.split(': ', 1)[-1]}":
+            seen.add(line.split(":", 1)[0])
+        if len(seen) == NODES or time.monotonic() > end:
+            break
+    assert seen == {"node1/0", "node2/1", "node3/2"}
+    running = [p.command for n in cluster.nodes for p in n.processes()]
+    assert any("torch.distributed.run" in command for command in running)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    wait_until_clean(cluster)
+
+
+def test_sigterm_stops_the_job_like_ctrl_c(cluster: NetCluster, tmp_path: Path) -> None:
+    argv = launch_argv(inventory(cluster, tmp_path), job=("--steps", "100000"))
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if ": step " in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-2000:]
+    wait_until_clean(cluster)
+
+
+def test_printed_commands_run_by_hand_form_the_same_job(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    folder = tmp_path / "plan"
+    done = launch(inventory(cluster, tmp_path), "--print-dir", str(folder), job=("--steps", "2"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "### node3 (node rank 2 of 3)" in done.stdout
+    wait_until_clean(cluster)  # printing starts nothing
+    nodes = cluster.nodes[:NODES]
+    by_hand = [
+        subprocess.Popen(
+            node.ssh_argv("sh", str(folder / f"{node.name}.sh")),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in nodes
+    ]
+    outputs = [p.communicate(timeout=240)[0] for p in by_hand]
+    master = nodes[0].address
+    for rank, (process, output) in enumerate(zip(by_hand, outputs)):
+        assert process.returncode == 0, output[-3000:]
+        assert f"[rank{rank}]:joined rank={rank} world={NODES} master={master}:29500" in output
+        assert f"[rank{rank}]:done rank={rank} sum_of_ranks=3" in output
+    for folder_left in glob.glob("/tmp/clusterkit-launch-*"):
+        subprocess.run(["rm", "-rf", folder_left], check=False)
+    wait_until_clean(cluster)
+
+
+def test_a_saved_passing_report_stands_in_for_the_check(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    path = inventory(cluster, tmp_path)
+    report = tmp_path / "report.json"
+    checked = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "check", str(path), "--skip", "bench",
+         "--format", "json", "-o", str(report)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    done = launch(path, "--check-report", str(report), job=("--steps", "1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "reusing the check report" in done.stderr
+    assert "node3/2: done rank=2" in done.stdout
+    old = time.time() - 7200
+    os.utime(report, (old, old))
+    stale = launch(path, "--check-report", str(report), job=("--steps", "1"))
+    assert stale.returncode == 2
+    assert "more than --max-age 3600" in stale.stderr
+    assert "joined" not in stale.stdout
+    wait_until_clean(cluster)
