@@ -2,28 +2,114 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import IO, Any
 
 from clusterkit.status import ExitStatus
+
+# SIGTERM (CI runners, Slurm, Kubernetes) and SIGHUP (a closed terminal) stop a run exactly
+# like Ctrl-C: KeyboardInterrupt unwinds every stage, which kills its remote process groups.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_STOPPED_BY = {
+    signal.SIGINT: "interrupted",
+    signal.SIGTERM: "terminated (SIGTERM)",
+    signal.SIGHUP: "hung up (SIGHUP)",
+}
+_received = signal.SIGINT  # the signal behind a KeyboardInterrupt; Ctrl-C unless noted
+
+
+def _stop(signum: int, frame: object) -> None:
+    global _received
+    # The first signal starts the (bounded) clean-up; repeats must not cut it short.
+    for other in STOP_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
+    _received = signal.Signals(signum)
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _stop_signals_like_ctrl_c() -> Iterator[None]:
+    global _received
+    _received = signal.SIGINT
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        if previous[signum] is not signal.SIG_IGN:  # a nohup'ed run keeps ignoring SIGHUP
+            signal.signal(signum, _stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _print_error(message: str) -> None:
+    """One line on stderr (a stderr that is gone too is not worth a traceback)."""
+    message = message.removeprefix("clusterkit: ").removeprefix("error: ")
+    with suppress(OSError, ValueError):
+        print(f"clusterkit: error: {message}", file=sys.stderr)
+
+
+class _StdoutGone(Exception):
+    """stdout refused a write: closed (`| head -0`) or full (`> /dev/full`)."""
+
+
+class _GuardedStdout:
+    """sys.stdout whose write errors are told apart from any other OSError of the run."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise _StdoutGone(error.strerror or str(error)) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise _StdoutGone(error.strerror or str(error)) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from clusterkit import cli, logs
     from clusterkit.errors import ClusterkitError
 
+    if sys.stdout is None:  # started with stdout closed (`>&-`)
+        _print_error("standard output is closed; redirect it, or write the report with -o FILE")
+        return int(ExitStatus.USAGE)
+    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)  # type: ignore[assignment]
     try:
-        args = cli.parse(argv)
-        logs.configure(args.verbose)  # the only place logging is set up
-        return int(cli.dispatch(args))
+        with _stop_signals_like_ctrl_c():
+            args = cli.parse(argv)
+            logs.configure(args.verbose)  # the only place logging is set up
+            status = int(cli.dispatch(args))
+            sys.stdout.flush()  # a full or closed stdout is an error of this run
+            return status
     except ClusterkitError as error:
-        print(f"clusterkit: error: {error}", file=sys.stderr)
+        _print_error(str(error))
         return int(error.exit_status)
     except KeyboardInterrupt:
-        print("clusterkit: interrupted", file=sys.stderr)
-        return int(ExitStatus.INTERRUPTED)
-    except BrokenPipeError:
-        return int(ExitStatus.PASSED)
+        print(
+            f"clusterkit: {_STOPPED_BY[_received]}; remote commands were stopped", file=sys.stderr
+        )
+        return int(ExitStatus.for_signal(_received))
+    except _StdoutGone as error:
+        _print_error(f"cannot write to standard output: {error}")
+        # The interpreter flushes stdout once more at exit: let that go nowhere, quietly.
+        with suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        return int(ExitStatus.USAGE)
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError (exit 2, one line) instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
+        command = self.prog.removeprefix("clusterkit").strip()  # main prints "clusterkit: "
+        raise UsageError(
+            f"{command}: {message}" if command else message, hint=f"see `{self.prog} --help`"
+        )
 
 
 def _stage_list(text: str) -> frozenset[str]:
@@ -31,6 +34,13 @@ def _stage_list(text: str) -> frozenset[str]:
             f"unknown stage {', '.join(unknown)} (stages: {', '.join(STAGES)})"
         )
     return names
+
+
+class _AddStages(argparse.Action):
+    """`--skip network --skip bench` skips both: each use adds to the set, like a list."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        setattr(namespace, self.dest, frozenset(getattr(namespace, self.dest) or ()) | values)
 
 
 def _positive_int(text: str) -> int:
@@ -141,9 +151,10 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--skip",
         type=_stage_list,
+        action=_AddStages,
         default=frozenset(),
         metavar="STAGE[,STAGE]",
-        help=f"skip stages: {', '.join(STAGES)}",
+        help=f"skip stages: {', '.join(STAGES)} (repeatable)",
     )
     parser.add_argument("--strict", action="store_true", help="warnings fail the verdict too")
     parser.add_argument(
@@ -562,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="clusterkit",
         description="Decide whether a multi-node PyTorch job can go ahead, and make it so. "
-        "Exit status: 0 pass, 1 a check failed, 2 bad input, 3 incomplete, 130 interrupted.",
+        "Exit status: 0 pass, 1 a check failed, 2 bad input, 3 incomplete, 130 interrupted "
+        "(129 SIGHUP, 143 SIGTERM).",
     )
     parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -606,15 +618,29 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(words)
     args.verbose = getattr(args, "verbose", 0)
     if args.command is None:
-        raise UsageError("clusterkit: no command given", hint="try `clusterkit check`")
+        raise UsageError("no command given", hint="try `clusterkit check`")
     if job and args.command != "launch":
-        raise UsageError(f"clusterkit {args.command}: unexpected arguments after --")
+        raise UsageError(f"{args.command}: unexpected arguments after --")
     args.job = job
     return args
 
 
+# Files a command writes when it ends: refused at the start (exit 2), not after the run.
+OUTPUT_FLAGS = {
+    "output": "-o",
+    "result_json": "-J",
+    "plot": "--plot",
+    "digest_file": "--digest-file",
+}
+
+
 def dispatch(args: argparse.Namespace) -> ExitStatus | int:
     """The command's exit status: an ExitStatus, or (launch) the job's own status."""
+    from clusterkit.report import ensure_writable
+
+    for dest, flag in OUTPUT_FLAGS.items():
+        if getattr(args, dest, None):
+            ensure_writable(getattr(args, dest), flag)
     module_name, _, function_name = args.handler.partition(":")
     handler: Callable[[argparse.Namespace], ExitStatus | int] = getattr(
         importlib.import_module(module_name), function_name

@@ -1,11 +1,21 @@
 """Exit statuses: the contract with CI and job pipelines (documented in the README)."""
 
+import signal
 from enum import IntEnum
 
 
 class ExitStatus(IntEnum):
     PASSED = 0  # every check passed (warnings allowed unless --strict)
     FAILED = 1  # at least one check failed: the job should not go ahead
-    USAGE = 2  # bad input: malformed inventory, wrong flag, unreadable file
+    USAGE = 2  # bad input: malformed inventory, wrong flag, unreadable file, unwritable output
     INCOMPLETE = 3  # a host was unreachable or a stage could not run: never a pass
-    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), remote processes were killed
+    # Stopped by a signal (128 + its number), handled alike: remote process groups killed.
+    HANGUP = 128 + signal.SIGHUP  # 129: the terminal or session went away
+    INTERRUPTED = 128 + signal.SIGINT  # 130: Ctrl-C
+    TERMINATED = 128 + signal.SIGTERM  # 143: CI runners, Slurm, Kubernetes stopping us
+
+    @classmethod
+    def for_signal(cls, signum: int) -> "ExitStatus":
+        return {signal.SIGHUP: cls.HANGUP, signal.SIGTERM: cls.TERMINATED}.get(
+            signum, cls.INTERRUPTED
+        )

@@ -41,17 +41,15 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
             if value is not None:
                 parse_size(value)
         except ValueError as error:
-            raise UsageError(f"clusterkit bench {flag}: {error}") from None
+            raise UsageError(f"bench {flag}: {error}") from None
     gate_size = None
     if args.gate_size:
         try:
             gate_size = parse_size(args.gate_size)
         except ValueError as error:
-            raise UsageError(f"clusterkit bench --gate-size: {error}") from None
+            raise UsageError(f"bench --gate-size: {error}") from None
     if args.datatype is not None and args.datatype not in DTYPES:
-        raise UsageError(
-            f"clusterkit bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})"
-        )
+        raise UsageError(f"bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})")
     options = BenchOptions.from_settings(
         settings,
         minbytes=args.minbytes,

@@ -93,6 +93,10 @@ def _direct_children():
 
 def kill_children_and_exit(signum, frame):
     global _stopping
+    # A group kill signals us twice (directly, and again through `timeout`): a second entry
+    # would wait out the lock the first one holds, so later signals are ignored from here.
+    for other in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(other, signal.SIG_IGN)
     # Runs in the main thread, which never holds the lock; a worker holds it only to spawn.
     _children_lock.acquire(timeout=2)
     _stopping = True

@@ -13,7 +13,25 @@ from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
 from clusterkit.report.text import render_plain, render_rich
 
-__all__ = ["Report", "emit", "verdict_status"]
+__all__ = ["Report", "emit", "ensure_writable", "verdict_status"]
+
+
+def ensure_writable(path: str, flag: str) -> None:
+    """Refuse an output file that cannot be written before any work starts: open it for
+    appending (which changes nothing) and remove it again if it did not exist."""
+    target = Path(path)
+    if target.exists() and not (target.is_file() or target.is_dir()):
+        return  # a FIFO or device (/dev/stdout): opening it could block, trust it
+    existed = target.exists()
+    try:
+        with target.open("a"):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"{flag} {path}: cannot write the report: {error.strerror or error}"
+        ) from None
+    if not existed:
+        target.unlink(missing_ok=True)
 
 
 def emit(report: Report, fmt: str, output: str | None) -> None:

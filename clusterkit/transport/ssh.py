@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import select
 import socket
 import threading
@@ -97,6 +98,50 @@ def _classify(host: str, where: str, error: BaseException, deadline: Deadline) -
     return TransportError(host, "protocol", f"SSH to {where} failed: {what}")
 
 
+class _ConnectAttempt:
+    """A connection being opened. cancel() (Ctrl-C, SIGTERM) aborts it at once: the TCP
+    connect polls for it, and closing the socket ends any SSH phase paramiko is in."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.sock: socket.socket | paramiko.Channel | None = None
+        register_cancellable(self)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        if self.sock is not None:
+            self.sock.close()
+
+
+def _connect_tcp(address: str, port: int, deadline: Deadline, attempt: _ConnectAttempt):
+    """socket.create_connection that an interrupt can abort (a dropped SYN otherwise holds
+    the thread, and so the exit, until the connect deadline)."""
+    last_error: OSError = TimeoutError("timed out")
+    for family, kind, proto, _, target in socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        attempt.sock = sock
+        sock.setblocking(False)
+        code = sock.connect_ex(target)
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT)
+        while code == errno.EINPROGRESS:
+            if attempt.cancelled.is_set():
+                sock.close()
+                raise InterruptedError("interrupted while connecting")
+            if deadline.expired:
+                sock.close()
+                raise TimeoutError("timed out")
+            if poller.poll(min(100, int(deadline.remaining() * 1000) + 1)):
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code == 0:
+            sock.setblocking(True)
+            sock.settimeout(max(0.1, deadline.remaining()))
+            return sock
+        sock.close()
+        last_error = OSError(code, os.strerror(code))
+    raise last_error
+
+
 def open_client(
     endpoint: Endpoint,
     verifier: HostKeyVerifier,
@@ -106,13 +151,19 @@ def open_client(
     """Connect and authenticate, never past the deadline: a watchdog closes the socket if
     the server accepts TCP and then stalls in any phase paramiko does not time itself."""
     where = endpoint.where
+    attempt = _ConnectAttempt()
     if sock is None:
         try:
-            sock = socket.create_connection(
-                (endpoint.address, endpoint.port), timeout=max(0.1, deadline.remaining())
-            )
+            sock = _connect_tcp(endpoint.address, endpoint.port, deadline, attempt)
+        except InterruptedError:
+            raise TransportError(
+                endpoint.host, "interrupted", "interrupted while connecting"
+            ) from None
         except OSError as error:
             raise _classify(endpoint.host, where, error, deadline) from None
+    attempt.sock = sock
+    if attempt.cancelled.is_set():
+        sock.close()
     watchdog = threading.Timer(max(0.0, deadline.remaining()), sock.close)
     watchdog.daemon = True
     watchdog.start()

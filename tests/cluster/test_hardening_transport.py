@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +89,68 @@ def test_policy_off_still_reports_a_changed_key(cluster: NetCluster, tmp_path: P
     assert "node3: host key for" in stderr and "differs" in stderr
     status, report, _ = check_json(inventory)  # and strict still refuses it
     assert status == 3 and errors_by_host(report)["node3"]["found"] == "hostkey-changed"
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    give_up = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < give_up, what
+        time.sleep(0.05)
+
+
+def test_sigterm_during_a_hung_probe_exits_143_and_leaves_nothing(
+    cluster: NetCluster, cluster_inventory: Path
+) -> None:
+    hung = cluster.nodes[2]
+    hung.set_gpus(mode="hang")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit", "check", str(cluster_inventory), *STATIC_ONLY],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for(
+        lambda: any("fake_nvidia_smi" in p.command for p in hung.processes()),
+        60,
+        "the probe never reached the hanging nvidia-smi",
+    )
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    assert process.returncode == 143, stderr
+    assert "terminated (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert not stdout  # no report from a run that was stopped
+    assert took < 10, f"exit took {took:.1f} s"  # the kill is bounded to 5 s per node
+    # sshd reaps its sessions asynchronously; a process left to its node-side timeout
+    # (the 60 s probe deadline) would still be here long after this bound.
+    wait_for(
+        lambda: not any(node.processes() for node in cluster.nodes),
+        10,
+        f"left running: { {n.name: n.processes() for n in cluster.nodes} }",
+    )
+
+
+def test_ctrl_c_while_a_connect_hangs_exits_at_once(cluster: NetCluster, tmp_path: Path) -> None:
+    """A dropped SYN used to hold the exit until the connect deadline (8 s of 10 measured)."""
+    silent = cluster.nodes[1]
+    silent.iptables("-I", "INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
+    inventory = cluster.inventory(tmp_path / "inv.yaml")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit", "check", str(inventory), *STATIC_ONLY,
+         "--connect-timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def syn_sent() -> bool:
+        sockets = subprocess.run(
+            ["ss", "-Htn", "state", "syn-sent", "dst", silent.address],
+            capture_output=True, text=True, timeout=20, check=True,
+        )  # fmt: skip
+        return bool(sockets.stdout.strip())
+
+    wait_for(syn_sent, 60, "clusterkit never tried to connect")
+    interrupted = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - interrupted < 5
+    assert "Traceback" not in stderr and "Socket exception" not in stderr
