@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from clusterkit.checks.model import Status
+from clusterkit.report.escape import printable
 from clusterkit.report.model import STAGE_ORDER, Report
 
 
@@ -18,7 +19,8 @@ def _detail(finding) -> str:
         lines.append(f"found: {finding.found}")
     if finding.remedy:
         lines.append(f"remedy: {finding.remedy}")
-    return "\n".join(lines)
+    # Control characters are not even allowed in XML 1.0; each line stays one line.
+    return "\n".join(printable(line) for line in lines)
 
 
 def render_junit(report: Report) -> str:
@@ -38,15 +40,19 @@ def render_junit(report: Report) -> str:
             )
             if failed:
                 counts["failures"] += 1
-                node = ET.SubElement(case, "failure", message=finding.message, type=finding.id)
+                node = ET.SubElement(
+                    case, "failure", message=printable(finding.message), type=finding.id
+                )
                 node.text = _detail(finding)
             elif finding.status is Status.ERROR:
                 counts["errors"] += 1
-                node = ET.SubElement(case, "error", message=finding.message, type=finding.id)
+                node = ET.SubElement(
+                    case, "error", message=printable(finding.message), type=finding.id
+                )
                 node.text = _detail(finding)
             elif finding.status is Status.SKIP:
                 counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=finding.message)
+                ET.SubElement(case, "skipped", message=printable(finding.message))
             else:
                 out = ET.SubElement(case, "system-out")
                 out.text = f"{finding.status.value.upper()}: {_detail(finding)}"

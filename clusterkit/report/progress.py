@@ -7,6 +7,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from clusterkit.report.escape import printable
+
 
 class Progress:
     def __init__(self, enabled: bool) -> None:
@@ -40,8 +42,10 @@ class Progress:
         if self._bar is None or self._task is None:
             return
         with self._lock:
-            label = f"{host}: {problem}" if problem else host
-            self._bar.update(self._task, advance=1, last=label[:60])
+            from rich.markup import escape
+
+            label = printable(f"{host}: {problem}" if problem else host)
+            self._bar.update(self._task, advance=1, last=escape(label[:60]))
 
 
 @contextmanager

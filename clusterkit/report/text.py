@@ -6,6 +6,7 @@ from typing import IO
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import nccl_version, section, torch_cuda
+from clusterkit.report.escape import printable
 from clusterkit.report.model import STAGE_ORDER, Report
 
 _STYLE = {
@@ -22,11 +23,16 @@ def _hosts_cell(finding: Finding, total: int) -> str:
     if finding.status is Status.OK and len(finding.hosts) == total and total > 1:
         return f"all {total}"
     if len(finding.hosts) > 4:
-        return ", ".join(finding.hosts[:3]) + f" +{len(finding.hosts) - 3}"
-    return ", ".join(finding.hosts) or "-"
+        return printable(", ".join(finding.hosts[:3])) + f" +{len(finding.hosts) - 3}"
+    return printable(", ".join(finding.hosts)) or "-"
 
 
 def host_rows(report: Report) -> list[tuple[str, ...]]:
+    """One row per host, every cell printable (names and facts come from outside)."""
+    return [tuple(printable(cell) for cell in row) for row in _host_rows(report)]
+
+
+def _host_rows(report: Report) -> list[tuple[str, ...]]:
     rows = []
     for name, host in report.hosts.items():
         facts = host.get("facts") or {}
@@ -90,21 +96,23 @@ def render_plain(report: Report, stream: IO[str]) -> None:
         print(f"\n{stage}:", file=stream)
         for f in findings:
             print(
-                f"  {f.status.value.upper():5}  {f.id:26}  {_hosts_cell(f, total):18}  {f.message}",
+                f"  {f.status.value.upper():5}  {printable(f.id):26}  {_hosts_cell(f, total):18}"
+                f"  {printable(f.message)}",
                 file=stream,
             )
             if f.remedy and f.status not in (Status.OK, Status.SKIP):
-                print(f"  {'':5}  {'':26}  remedy: {f.remedy}", file=stream)
+                print(f"  {'':5}  {'':26}  remedy: {printable(f.remedy)}", file=stream)
         for line in report.text_blocks.get(stage, []):
-            print(f"  {line}", file=stream)
+            print(f"  {printable(line)}", file=stream)
     for stage, why in report.stages.items():
         if why != "ran":
-            print(f"\n{stage}: skipped: {why}", file=stream)
+            print(f"\n{stage}: skipped: {printable(why)}", file=stream)
     print("\n" + _summary(report), file=stream)
 
 
 def render_rich(report: Report, stream: IO[str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=stream, highlight=False)
@@ -113,7 +121,7 @@ def render_rich(report: Report, stream: IO[str]) -> None:
     for column in HOST_COLUMNS:
         hosts.add_column(column)
     for row in host_rows(report):
-        hosts.add_row(*row, style=None if row[2] == "ok" else "bold magenta")
+        hosts.add_row(*map(escape, row), style=None if row[2] == "ok" else "bold magenta")
     console.print(hosts)
     for stage, findings in _by_stage(report):
         table = Table(
@@ -124,17 +132,20 @@ def render_rich(report: Report, stream: IO[str]) -> None:
         table.add_column("hosts")
         table.add_column("detail", overflow="fold")
         for f in findings:
-            detail = f.message
+            detail = escape(printable(f.message))
             if f.remedy and f.status not in (Status.OK, Status.SKIP):
-                detail += f"\n[cyan]remedy:[/cyan] {f.remedy}"
+                detail += f"\n[cyan]remedy:[/cyan] {escape(printable(f.remedy))}"
             table.add_row(
-                f"[{_STYLE[f.status]}]{f.status.value}[/]", f.id, _hosts_cell(f, total), detail
+                f"[{_STYLE[f.status]}]{f.status.value}[/]",
+                escape(printable(f.id)),
+                escape(_hosts_cell(f, total)),
+                detail,
             )
         console.print()
         console.print(table)
         for line in report.text_blocks.get(stage, []):
-            console.print("  " + line, markup=False, highlight=False)
+            console.print("  " + printable(line), markup=False, highlight=False)
     for stage, why in report.stages.items():
         if why != "ran":
-            console.print(f"\n[dim]{stage}: skipped: {why}[/dim]")
+            console.print(f"\n[dim]{stage}: skipped: {escape(printable(why))}[/dim]")
     console.print(f"\n[{_VERDICT_STYLE[report.verdict]}]{_summary(report)}[/]")
