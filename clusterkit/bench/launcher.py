@@ -28,6 +28,7 @@ from clusterkit.bench import gate
 from clusterkit.bench.nccltests import format_table
 from clusterkit.bench.worker import parse_size
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import torch_cuda
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import BenchSettings, Host, Inventory
 from clusterkit.transport.base import CommandResult, Deadline, Transport
@@ -183,8 +184,13 @@ def split_nccl_logs(stderr: str) -> tuple[str, str]:
 
 
 def ranks_per_node(inventory: Inventory, options: BenchOptions, hosts: list[Host]) -> int:
+    """--nproc-per-node; else one gloo rank per node where torch has no CUDA (a rank per
+    unusable GPU would only measure the node's cores); else the GPUs pinned or found."""
     if options.nproc_per_node:
         return options.nproc_per_node
+    torch_builds = [torch_cuda(options.facts.get(h.name, {})) for h in hosts]
+    if options.facts and any(build in (None, "cpu") for build in torch_builds):
+        return 1
     if inventory.settings.expect.gpus_per_node:
         return inventory.settings.expect.gpus_per_node
     counts = [

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clusterkit.checks.gpu_use import (
+    DEFAULT_BUSY_MIB,
+    arch_findings,
+    busy_findings,
+    cpu_build_findings,
+    visibility_findings,
+)
 from clusterkit.checks.health import environment_findings, gpu_findings, gpu_presence_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import Facts, parity_findings
@@ -15,7 +22,10 @@ __all__ = ["Finding", "Status", "static_findings"]
 
 
 def static_findings(
-    facts: Facts, expect: Expectations, inventory_path: str | None = None
+    facts: Facts,
+    expect: Expectations,
+    inventory_path: str | None = None,
+    busy_mib: int = DEFAULT_BUSY_MIB,
 ) -> list[Finding]:
     """Every check that needs only the probe's facts, over the hosts that answered."""
 
@@ -29,6 +39,10 @@ def static_findings(
         lambda: driver_cuda_findings(facts, remedy),
         lambda: gpu_findings(facts, remedy),
         lambda: gpu_presence_findings(facts, expect, remedy),
+        lambda: busy_findings(facts, busy_mib),
+        lambda: visibility_findings(facts, expect),
+        lambda: arch_findings(facts),
+        lambda: cpu_build_findings(facts, expect),
         lambda: environment_findings(facts, remedy),
     ]
     return [finding for check in checks for finding in check()]

@@ -132,7 +132,12 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 Finding("probe.ran", Status.ERROR, f"{host}: {why}", hosts=[host], stage="probe")
                 for host, why in probed.failures.items()
             ]
-            findings += static_findings(probed.facts, inventory.settings.expect, inventory.path)
+            findings += static_findings(
+                probed.facts,
+                inventory.settings.expect,
+                inventory.path,
+                busy_mib=inventory.settings.gpu_busy_mib,
+            )
             details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
             findings = with_stage_fixes(findings, inventory.path)
         finally:

@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> ExitStatus:
     # Parity needs several nodes: on one node it says nothing.
     findings += [
         finding
-        for finding in static_findings(facts, settings.expect, args.settings)
+        for finding in static_findings(
+            facts, settings.expect, args.settings, busy_mib=settings.gpu_busy_mib
+        )
         if not finding.id.startswith("parity.")
     ]
     report = Report(

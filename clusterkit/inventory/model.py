@@ -124,6 +124,7 @@ class ClusterSettings:
     network: NetworkSettings = field(default_factory=NetworkSettings)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     cost: CostSettings = field(default_factory=CostSettings)
+    gpu_busy_mib: int = 1024  # memory in use above which a GPU counts as busy (gpu.busy)
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,7 @@ TOP_RULES: dict[str, Rule] = {
     "interface": text,
     "image": text,
     "image_run_args": list_of(text, "docker run arguments (strings)"),
+    "gpu_busy_mib": integer(0, 10_000_000),
 }
 TOP_KEYS = (*TOP_RULES, *SECTIONS)
 

@@ -59,6 +59,7 @@ GPU_FIELDS = (
     "name",
     "driver_version",
     "memory.total",
+    "memory.used",
     "pci.bus_id",
     "persistence_mode",
     "ecc.mode.current",
@@ -264,6 +265,70 @@ def collect_gpus(options):
         "driver": versions["driver"],
         "cuda_driver": versions["cuda"],
         "nvlink": None,
+    }
+
+
+# Compute processes on the GPUs (a previous job left running). The name goes last: it may
+# hold commas, so each line splits into at most four fields.
+COMPUTE_APPS_QUERY = "--query-compute-apps=gpu_uuid,pid,used_memory,process_name"
+
+
+def parse_compute_apps(text):
+    """`--query-compute-apps=gpu_uuid,pid,used_memory,process_name --format=csv,noheader,
+    nounits` -> [{gpu_uuid, pid, used_memory_mib, name}]; no process prints nothing."""
+    apps = []
+    for line in text.strip().splitlines():
+        fields = [part.strip() for part in line.split(",", 3)]
+        if len(fields) != 4 or not fields[1].isdigit():
+            raise ToolError("unexpected nvidia-smi compute-apps line: %r" % line[:200])
+        memory = _csv_value(fields[2])
+        apps.append(
+            {
+                "gpu_uuid": fields[0],
+                "pid": int(fields[1]),
+                "used_memory_mib": int(memory) if memory and memory.isdigit() else None,
+                "name": _csv_value(fields[3]),
+            }
+        )
+    return apps
+
+
+def collect_gpu_processes(options):
+    if which("nvidia-smi") is None:
+        return {"processes": [], "reason": "nvidia-smi not found"}
+    text = run_tool(["nvidia-smi", COMPUTE_APPS_QUERY, "--format=csv,noheader,nounits"])
+    return {"processes": parse_compute_apps(text)}
+
+
+NVLINK_LINE = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
+NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: (\S+)\))?\s*$")
+
+
+def parse_nvlink_status(text):
+    """`nvidia-smi nvlink --status`: per GPU, its links as GB/s (None when `<inactive>`).
+    A GPU without NVLink lists no link."""
+    gpus = []
+    for line in text.splitlines():
+        gpu = NVLINK_GPU.match(line)
+        if gpu:
+            gpus.append({"index": int(gpu.group(1)), "uuid": gpu.group(3), "links": []})
+            continue
+        link = NVLINK_LINE.match(line)
+        if link and gpus:
+            speed = re.match(r"([\d.]+) GB/s", link.group(2))
+            gpus[-1]["links"].append(float(speed.group(1)) if speed else None)
+    return gpus
+
+
+def collect_nvlink(options):
+    if which("nvidia-smi") is None:
+        return {"gpus": [], "reason": "nvidia-smi not found"}
+    gpus = parse_nvlink_status(run_tool(["nvidia-smi", "nvlink", "--status"]))
+    active = [sum(1 for speed in gpu["links"] if speed) for gpu in gpus]
+    return {
+        "gpus": gpus,
+        "active_links": active,
+        "present": bool(gpus) and all(count > 0 for count in active),
     }
 
 
@@ -545,6 +610,8 @@ COLLECTORS = (
     ("limits", collect_limits),
     ("clock", collect_clock),
     ("infiniband", collect_infiniband),
+    ("gpu_processes", collect_gpu_processes),
+    ("nvlink", collect_nvlink),
 )
 
 

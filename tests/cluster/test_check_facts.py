@@ -131,3 +131,19 @@ def test_a_secret_in_the_node_environment_never_reaches_the_report(
     assert done.returncode == 0, done.stderr
     assert SECRET not in written.read_text() + done.stdout + done.stderr
     assert json.loads(written.read_text())["hosts"]["node2"]["facts"]["env"]
+
+
+def test_a_gpu_held_by_a_leftover_process_fails_naming_it(
+    cluster: NetCluster, cluster_inventory: Path
+) -> None:
+    cluster.nodes[2].set_gpus(processes=[{"gpu": 6, "pid": 4242, "name": "python",
+                                          "used_memory": 30000}])  # fmt: skip
+    cluster.nodes[1].set_gpus(nvlink=[26.562] * 17 + [None])
+    status, report, _ = check(cluster_inventory)
+    assert status == 1
+    busy = finding(report, "gpu.busy", "fail")
+    assert busy["hosts"] == ["node3"]
+    assert "GPU 6: pid 4242 (python, 30000 MiB)" in busy["message"]
+    nvlink = report["hosts"]["node2"]["facts"]["nvlink"]
+    assert nvlink["active_links"] == [17] * 8 and nvlink["present"] is True
+    assert report["hosts"]["node1"]["facts"]["nvlink"]["present"] is False

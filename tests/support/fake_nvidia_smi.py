@@ -6,7 +6,10 @@ state file, so that probes parse exactly what they would parse on a GPU node:
     fake_nvidia_smi.py STATE_JSON [nvidia-smi arguments...]
 
 State: {"mode": "normal"|"hang"|"fail"|"mismatch", "banner": "classic"|"r610",
-"driver": "550.54.15", "cuda": "12.4", "gpus": [{<query field name>: value, ...}, ...]}.
+"driver": "550.54.15", "cuda": "12.4", "gpus": [{<query field name>: value, ...}, ...],
+"processes": [{"gpu": index, "pid": 4242, "name": "python", "used_memory": MiB}, ...]}.
+A GPU's "nvlink" entry lists its links' speeds in GB/s (null: `<inactive>`); without one the
+GPU has no NVLink. (The summary's process table stays empty: only the query lists processes.)
 GPU values are raw numbers or strings; units are added here as nvidia-smi adds them. A value
 written as "[Not Supported]" or "[N/A]" is printed verbatim; a field the GPU lacks prints "[N/A]".
 
@@ -190,6 +193,70 @@ def query_gpu(state: dict, gpus: list, fields_arg: str, format_arg: str) -> int:
     return 0
 
 
+# `--query-compute-apps` fields: canonical name -> unit (aliases below).
+APP_FIELDS = {
+    "timestamp": "",
+    "gpu_name": "",
+    "gpu_bus_id": "",
+    "gpu_serial": "",
+    "gpu_uuid": "",
+    "pid": "",
+    "process_name": "",
+    "used_gpu_memory": "MiB",
+}
+APP_ALIASES = {"name": "process_name", "used_memory": "used_gpu_memory"}
+
+
+def query_apps(state: dict, gpus: list, fields_arg: str, format_arg: str) -> int:
+    """`--query-compute-apps=FIELDS --format=csv[,noheader][,nounits]`: one line per process
+    (nothing at all when none runs)."""
+    fields = []
+    for requested in fields_arg.split(","):
+        requested = requested.strip()
+        canonical = APP_ALIASES.get(requested, requested)
+        if canonical not in APP_FIELDS:
+            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % requested)
+            return EXIT_INVALID_ARGUMENT
+        fields.append(canonical)
+    options = [option.strip() for option in format_arg.split(",")]
+    units = "nounits" not in options
+    by_index = {gpu.get("index"): gpu for gpu in gpus}
+    lines = []
+    if "noheader" not in options:
+        lines.append(
+            ", ".join(f + (" [%s]" % APP_FIELDS[f] if APP_FIELDS[f] else "") for f in fields)
+        )
+    for app in state.get("processes", []):
+        gpu = by_index.get(app.get("gpu"))
+        if gpu is None:
+            continue
+        values = {
+            "timestamp": field_value(state, gpu, "timestamp", units),
+            "gpu_name": str(gpu.get("name")),
+            "gpu_bus_id": str(gpu.get("pci.bus_id")),
+            "gpu_serial": str(gpu.get("serial")),
+            "gpu_uuid": str(gpu.get("uuid")),
+            "pid": str(app.get("pid")),
+            "process_name": str(app.get("name", "[Not Found]")),
+            "used_gpu_memory": str(app.get("used_memory")) + (" MiB" if units else ""),
+        }
+        lines.append(", ".join(values[field] for field in fields))
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
+def nvlink_status(gpus: list) -> int:
+    """`nvidia-smi nvlink --status`: each GPU, then one line per link (speed or inactive)."""
+    lines = []
+    for gpu in gpus:
+        lines.append("GPU %s: %s (UUID: %s)" % (gpu.get("index"), gpu.get("name"), gpu.get("uuid")))
+        for number, speed in enumerate(gpu.get("nvlink") or []):
+            state = "<inactive>" if speed is None else "%.3f GB/s" % speed
+            lines.append("\t Link %d: %s" % (number, state))
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
 def list_gpus(gpus: list) -> int:
     """`-L`: one line per GPU with its UUID."""
     for gpu in gpus:
@@ -344,6 +411,13 @@ def run(state: dict, args: list) -> int:
         elif arg.startswith("--query-gpu"):
             query, position = option_value(args, position, "query-gpu")
             action = "query"
+        elif arg.startswith("--query-compute-apps"):
+            query, position = option_value(args, position, "query-compute-apps")
+            action = "apps"
+        elif arg == "nvlink" and position == 0:
+            action, position = "nvlink", position + 1
+        elif action == "nvlink" and arg in ("-s", "--status"):
+            position += 1
         elif arg.startswith("--format"):
             fmt, position = option_value(args, position, "format")
         elif arg in ("-i",) or arg.startswith("--id"):
@@ -358,6 +432,13 @@ def run(state: dict, args: list) -> int:
             sys.stdout.write(INVALID_COMBINATION)
             return EXIT_INVALID_ARGUMENT
         return query_gpu(state, gpus, query, fmt)
+    if action == "apps":
+        if query is None or fmt is None:
+            sys.stdout.write(INVALID_COMBINATION)
+            return EXIT_INVALID_ARGUMENT
+        return query_apps(state, gpus, query, fmt)
+    if action == "nvlink":
+        return nvlink_status(gpus)
     if action == "list":
         return list_gpus(gpus)
     if action == "version":

@@ -46,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from clusterkit.probe.collector import GPU_FIELDS
+from clusterkit.probe.collector import COMPUTE_APPS_QUERY, GPU_FIELDS
 
 STATE_DIR = Path("/run/netcluster")
 SUBNET_PREFIX = "10.213"
@@ -61,6 +61,8 @@ FAKE_NVIDIA_SMI = Path(__file__).resolve().with_name("fake_nvidia_smi.py")
 PROBE_NVIDIA_SMI_CALLS = {
     "banner": [],
     "query": ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"],
+    "apps": [COMPUTE_APPS_QUERY, "--format=csv,noheader,nounits"],
+    "nvlink": ["nvlink", "--status"],
 }
 # Starts in ~25 ms and always exists where the tests run; the stand-in is stdlib only.
 STAND_IN_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -444,6 +446,8 @@ class Node:
         mode: str = "normal",
         memory_mib: int | None = None,
         overrides: dict[int, dict[str, Any]] | None = None,
+        processes: Sequence[dict[str, Any]] = (),
+        nvlink: Sequence[float | None] | None = None,
     ) -> None:
         """Set what `nvidia-smi` reports on this node.
 
@@ -452,6 +456,9 @@ class Node:
         mode: normal; hang (never returns, like a wedged driver); fail (driver unreachable,
         exit 9); mismatch (NVML driver/library mismatch, exit 18); absent (not on PATH).
         overrides: {gpu index: {query field: value}} for anything else, e.g. temperature.gpu.
+        processes: compute processes already running, [{"gpu": 0, "pid": 4242, "name": "python",
+        "used_memory": 30000}]; their memory counts in the GPU's memory.used.
+        nvlink: every GPU's links (GB/s, None = inactive), e.g. [26.562] * 18; None: no NVLink.
         """
         if mode not in GPU_MODES:
             raise ValueError(f"mode must be one of {GPU_MODES}, not {mode!r}")
@@ -463,7 +470,13 @@ class Node:
         )  # fmt: skip
         for index, fields in (overrides or {}).items():
             gpus[index].update(fields)
+        for app in processes:
+            gpus[app["gpu"]]["memory.used"] += app["used_memory"]
+        if nvlink is not None:
+            for gpu in gpus:
+                gpu["nvlink"] = list(nvlink)
         state = {"mode": mode, "banner": banner, "driver": driver, "cuda": cuda, "gpus": gpus}
+        state["processes"] = [dict(app) for app in processes]
         text = json.dumps(state, indent=1)
         wrapper = self.bin_dir / "nvidia-smi"
         unchanged = self.gpu_state_path.exists() and self.gpu_state_path.read_text() == text

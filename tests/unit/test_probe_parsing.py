@@ -73,14 +73,14 @@ def test_output_without_banner_is_a_tool_error(fixture: str) -> None:
 # --query-gpu=GPU_FIELDS --format=csv,noheader,nounits, values as nvidia-smi prints them
 H100_CSV = (
     "0, GPU-ad1516b7-3ce3-59df-bd39-e0342e9309d7, NVIDIA H100 80GB HBM3, 550.54.15, 81559, "
-    "00000000:19:00.0, Enabled, Enabled, 0, 9.0\n"
+    "0, 00000000:19:00.0, Enabled, Enabled, 0, 9.0\n"
     "1, GPU-d204673b-a37f-5c32-8e8e-e8de25ad7ab8, NVIDIA H100 80GB HBM3, 550.54.15, 81559, "
-    "00000000:34:00.0, Disabled, Enabled, 3, 9.0\n"
+    "1024, 00000000:34:00.0, Disabled, Enabled, 3, 9.0\n"
 )
 # A consumer card: no ECC, persistence not reported
 RTX_CSV = (
     "0, GPU-df6e7a7c-7314-46f8-abc4-b88b36dcf3aa, NVIDIA GeForce RTX 2080 SUPER, 466.63, 8192, "
-    "00000000:01:00.0, [N/A], [N/A], [Not Supported], 7.5\n"
+    "[N/A], 00000000:01:00.0, [N/A], [N/A], [Not Supported], 7.5\n"
 )
 
 
@@ -93,6 +93,7 @@ def test_gpu_csv_fields_and_order() -> None:
         "name": "NVIDIA H100 80GB HBM3",
         "driver_version": "550.54.15",
         "memory.total": "81559",
+        "memory.used": "1024",
         "pci.bus_id": "00000000:34:00.0",
         "persistence_mode": "Disabled",
         "ecc.mode.current": "Enabled",
