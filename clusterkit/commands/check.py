@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from clusterkit.checks import static_findings
+from clusterkit.checks.job_env import job_env_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
@@ -138,6 +139,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 inventory.path,
                 busy_mib=inventory.settings.gpu_busy_mib,
             )
+            findings += job_env_findings(probed.facts, inventory)
             details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
             findings = with_stage_fixes(findings, inventory.path)
         finally:

@@ -147,3 +147,40 @@ def test_a_gpu_held_by_a_leftover_process_fails_naming_it(
     nvlink = report["hosts"]["node2"]["facts"]["nvlink"]
     assert nvlink["active_links"] == [17] * 8 and nvlink["present"] is True
     assert report["hosts"]["node1"]["facts"]["nvlink"]["present"] is False
+
+
+def test_job_variables_and_a_second_interface_on_the_nodes(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """node2's job environment points elsewhere; node3 has a second routable interface."""
+    node2, node3 = cluster.nodes[1], cluster.nodes[2]
+    wrapper = tmp_path / "python-with-job-vars"
+    wrapper.write_text(
+        "#!/bin/sh\nexport MASTER_ADDR=10.99.0.1 MASTER_PORT=1234 WORLD_SIZE=3\n"
+        f'exec {node_python()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    dummy = ["ip", "-n", node3.netns, "link"]
+    subprocess.run([*dummy, "add", "ck-extra0", "type", "veth", "peer", "name", "ck-extra1"],
+                   check=True, timeout=20)  # fmt: skip
+    try:
+        subprocess.run(["ip", "-n", node3.netns, "addr", "add", "192.168.213.3/24", "dev",
+                        "ck-extra0"], check=True, timeout=20)  # fmt: skip
+        for end in ("ck-extra1", "ck-extra0"):  # a second NIC (a veth pair: no dummy module)
+            subprocess.run([*dummy, "set", end, "up"], check=True, timeout=20)
+        inventory = cluster.inventory(
+            tmp_path / "inv.yaml",
+            clusterkit={"interface": None},
+            host_vars={node2.name: {"ansible_python_interpreter": str(wrapper)}},
+        )
+        status, report, _ = check(inventory)
+    finally:
+        subprocess.run([*dummy, "del", "ck-extra0"], check=False, timeout=20)
+    assert status == 1
+    job = finding(report, "env.job-vars", "fail")
+    assert job["hosts"] == [node2.name]
+    assert "MASTER_ADDR=10.99.0.1" in job["message"] and "MASTER_PORT=1234" in job["message"]
+    assert "WORLD_SIZE=3 (checked: 4)" in job["message"]  # 4 nodes x 1 gloo rank (CPU torch)
+    ifname = finding(report, "env.socket-ifname", "warn")
+    assert ifname["hosts"] == [node3.name]
+    assert "NCCL_SOCKET_IFNAME=eth0" in ifname["message"]
