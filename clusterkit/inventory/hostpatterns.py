@@ -64,6 +64,8 @@ def max_range_hosts() -> int:
 def expand_ranges(name: str) -> list[str]:
     """Every host name a key with `[begin:end(:step)]` ranges stands for, in order; a key
     that would expand past max_range_hosts() is refused before anything is built."""
+    if "[" not in name:
+        return [name]
     pieces: list[str | list[str]] = []  # literal text and range values, alternating
     total, limit, rest = 1, max_range_hosts(), name
     while (start := rest.find("[")) >= 0:

@@ -10,7 +10,10 @@ no shell metacharacters, whitespace or control characters, no leading '-'. IPv6 
 
 from __future__ import annotations
 
+import re
+
 _HOST_METACHARACTERS = frozenset("'`\"$\\;&<>|(){}")
+_PLAIN = re.compile(r"[A-Za-z0-9._:%@+=,/-]+")  # common names: no need to look at each char
 _USER_METACHARACTERS = frozenset("'`\";&<>|(){}")
 
 
@@ -20,6 +23,8 @@ def hostname_problem(name: str) -> str | None:
         return "is empty"
     if name.startswith("-"):
         return "starts with '-' (it would read as an option)"
+    if _PLAIN.fullmatch(name):
+        return None
     for char in name:
         if char in _HOST_METACHARACTERS:
             return f"contains {char!r}, a shell metacharacter"
@@ -32,6 +37,8 @@ def username_problem(user: str) -> str | None:
     """Why OpenSSH would refuse `user` as a remote user name, or None."""
     if user.startswith("-"):
         return "starts with '-' (it would read as an option)"
+    if _PLAIN.fullmatch(user):
+        return None
     for index, char in enumerate(user):
         if char in _USER_METACHARACTERS:
             return f"contains {char!r}, a shell metacharacter"

@@ -76,8 +76,9 @@ def _add_file(builder: GraphBuilder, path: str) -> None:
     if extension not in YAML_EXTENSIONS:
         add_ini_source(builder, path, text)
         return
+    duplicates: list[str] = []
     try:
-        data = load_yaml(path, text)
+        data = load_yaml(path, text, duplicates)
         if isinstance(data, Mapping) and data.get("plugin"):
             line = data.line_of("plugin") if isinstance(data, LineMap) else None
             raise NeedsAnsible(path, "an inventory plugin configuration", line)
@@ -86,6 +87,7 @@ def _add_file(builder: GraphBuilder, path: str) -> None:
     except InventoryError as yaml_error:
         _add_ini_instead(builder, path, text, yaml_error)
         return
+    builder.graph.warnings.extend(duplicates)
     add_yaml_source(builder, path, data)
 
 

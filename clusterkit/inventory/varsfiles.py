@@ -22,10 +22,14 @@ VarsFile = tuple[str, Mapping[str, Any]]  # (path, variables)
 class VarsDirectory:
     """One `group_vars` or `host_vars` directory; files are read once and cached."""
 
-    def __init__(self, base_dir: str, subdir: str) -> None:
+    def __init__(self, base_dir: str, subdir: str, warnings: list[str]) -> None:
         self.root = os.path.join(base_dir, subdir)
         self.exists = os.path.isdir(self.root)
+        self.warnings = warnings  # duplicate keys, an unreadable directory: said, not fatal
         self._cache: dict[str, list[VarsFile]] = {}
+        if self.exists and not os.access(self.root, os.R_OK | os.X_OK):
+            self.exists = False  # Ansible finds no files in it, silently: we say so
+            warnings.append(f"{self.root}: directory not readable: its variables are skipped")
 
     def files_for(self, name: str) -> list[VarsFile]:
         """The variable files for one group or host, in the order they apply."""
@@ -33,7 +37,7 @@ class VarsDirectory:
             return []
         cached = self._cache.get(name)
         if cached is None:
-            loaded = (_read_vars(path) for path in self._paths_for(name))
+            loaded = (_read_vars(path, self.warnings) for path in self._paths_for(name))
             cached = self._cache[name] = [item for item in loaded if item[1]]
         return cached
 
@@ -61,8 +65,9 @@ def _dir_files(directory: str) -> list[str]:
     return found
 
 
-def _read_vars(path: str) -> VarsFile:
-    data = load_yaml(path)
+def _read_vars(path: str, warnings: list[str]) -> VarsFile:
+    """One vars file; an unreadable one is an error, as it is for Ansible."""
+    data = load_yaml(path, warnings=warnings)
     if not data:
         return path, {}
     if not isinstance(data, Mapping):

@@ -75,7 +75,11 @@ class SourceFloat(float):
 
 
 class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe loader whose mappings are LineMaps."""
+    """Safe loader whose mappings are LineMaps; it notes every repeated key and its line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[Any, int]] = []
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -99,6 +103,8 @@ def _construct_mapping(loader: Any, node: yaml.MappingNode) -> LineMap:
                 raise yaml.constructor.ConstructorError(
                     None, None, "found an unhashable key (a list or mapping)", key_node.start_mark
                 ) from exc
+        if key in result:
+            loader.duplicates.append((key, key_node.start_mark.line + 1))
         result[key] = loader.construct_object(value_node, deep=True)
         key_lines[key] = key_node.start_mark.line + 1
     return result
@@ -146,12 +152,21 @@ def read_text(path: str) -> str:
         raise InventoryError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def load_yaml(path: str, text: str | None = None) -> Any:
-    """Parse one YAML document; syntax errors become one-line InventoryErrors with the line."""
+def load_yaml(path: str, text: str | None = None, warnings: list[str] | None = None) -> Any:
+    """Parse one YAML document; syntax errors become one-line InventoryErrors with the line.
+    A key repeated in one mapping keeps its last value, as in Ansible, which warns about it:
+    so do we, into `warnings` ("file:line: ...")."""
     if text is None:
         text = read_text(path)
+    loader = _LineLoader(text)
     try:
-        return yaml.load(text, Loader=_LineLoader)
+        data = loader.get_single_data()
+        if warnings is not None:
+            warnings.extend(
+                f"{path}:{line}: duplicate key {key!r}: using the last value only"
+                for key, line in loader.duplicates
+            )
+        return data
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -159,3 +174,5 @@ def load_yaml(path: str, text: str | None = None) -> Any:
         raise InventoryError(path, f"invalid YAML: {problem}", line=line) from None
     except yaml.YAMLError as exc:
         raise InventoryError(path, f"invalid YAML: {' '.join(str(exc).split())}") from None
+    finally:
+        loader.dispose()

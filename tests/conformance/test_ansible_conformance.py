@@ -247,3 +247,18 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as handle:
         return handle.read().split()[2] != "Z"
+
+
+def test_duplicate_keys_warn_with_file_and_line_like_ansible(tmp_path: Path) -> None:
+    path = FIXTURES / "duplicates" / "inventory.yaml"
+    assert_same_as_ansible([path], tmp_path, "yaml")  # the last value wins in both
+    ansible_warned = ansible_inventory(path, tmp_path).stderr
+    inventory = load_inventory(path)
+    vars_file = path.parent / "group_vars" / "all.yml"
+    expected = [(path, 5, "a"), (path, 9, "y"), (vars_file, 2, "z")]
+    for file, line, key in expected:
+        assert f"duplicate mapping key '{key}'" in ansible_warned
+        assert f"{file}:{line}:" in ansible_warned
+        assert f"{file}:{line}: duplicate key {key!r}: using the last value only" in (
+            inventory.warnings
+        )

@@ -176,3 +176,34 @@ def test_neither_yaml_nor_ini_names_the_likelier_reading(
     assert "\n" not in message
     if name != "hosts.ini":
         assert "(nor is it" in message
+
+
+def test_an_unreadable_vars_directory_is_a_warning_not_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group_vars = tmp_path / "group_vars"
+    group_vars.mkdir()
+    (group_vars / "all.yml").write_text("x: 1\n")
+    path = tmp_path / "inventory.yaml"
+    path.write_text("all:\n  hosts:\n    a:\n")
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: p != str(group_vars) and real_access(p, mode)
+    )  # as root every directory is readable: pretend this one is not
+    inventory = load_inventory(path)
+    assert "x" not in inventory.host("a").vars  # skipped, as Ansible skips it
+    assert f"{group_vars}: directory not readable: its variables are skipped" in (
+        inventory.warnings
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_an_unreadable_vars_file_is_an_error_as_in_ansible(tmp_path: Path) -> None:
+    (tmp_path / "group_vars").mkdir()
+    vars_file = tmp_path / "group_vars" / "all.yml"
+    vars_file.write_text("x: 1\n")
+    vars_file.chmod(0)
+    path = tmp_path / "inventory.yaml"
+    path.write_text("all:\n  hosts:\n    a:\n")
+    with pytest.raises(InventoryError, match=f"{vars_file}: permission denied"):
+        load_inventory(path)
