@@ -1,0 +1,48 @@
+"""Which sources `check` and `bench` read: the positional one, then every -i, in order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusterkit.cli import parse
+from clusterkit.commands.check import load_target
+from clusterkit.errors import InventoryError
+
+
+def test_positional_and_repeated_i_merge_in_order(tmp_path: Path) -> None:
+    first = tmp_path / "a" / "inventory.yaml"
+    first.parent.mkdir()
+    first.write_text("all:\n  hosts:\n    n1: {ansible_user: first}\n    n2:\n")
+    second = tmp_path / "b" / "hosts.ini"
+    second.parent.mkdir()
+    second.write_text("[gpu]\nn2 ansible_user=second\nn3\n[gpu:vars]\nrack=r1\n")
+    (second.parent / "host_vars").mkdir()
+    (second.parent / "host_vars" / "n1.yml").write_text("ansible_user: from_b_host_vars\n")
+    for command in ("check", "bench"):
+        inventory = load_target(parse([command, str(first), "-i", str(second)]))
+        assert [h.name for h in inventory.hosts] == ["n1", "n2", "n3"]
+        users = {h.name: h.user for h in inventory.hosts}
+        assert users == {"n1": "from_b_host_vars", "n2": "second", "n3": None}
+        assert inventory.host("n2").vars["rack"] == "r1"
+        assert inventory.host("n1").groups == ("all", "ungrouped")
+
+
+def test_i_alone_is_an_inventory_and_none_is_this_machine(tmp_path: Path) -> None:
+    only = tmp_path / "hosts"
+    only.write_text("solo ansible_connection=local\n")
+    assert [h.name for h in load_target(parse(["check", "-i", str(only)])).hosts] == ["solo"]
+    assert [h.name for h in load_target(parse(["check"])).hosts] == ["localhost"]
+
+
+def test_a_missing_source_is_named(tmp_path: Path) -> None:
+    present = tmp_path / "hosts"
+    present.write_text("solo\n")
+    with pytest.raises(InventoryError, match=f"{tmp_path / 'absent'}: no such file"):
+        load_target(parse(["check", str(present), "-i", str(tmp_path / "absent")]))
+
+
+def test_inventory_via_ansible_is_parsed_for_check_and_bench() -> None:
+    assert parse(["check", "x", "--inventory-via-ansible"]).inventory_via_ansible is True
+    assert parse(["bench", "-i", "x"]).inventory_via_ansible is False
