@@ -45,8 +45,12 @@ def add_source(builder: GraphBuilder, source: str) -> None:
     """Add one `-i` source (file or directory) to the graph."""
     if os.path.isdir(source):
         _add_directory(builder, source)
-    elif os.path.exists(source):
+    elif os.path.isfile(source):
         _add_file(builder, source)
+    elif os.path.exists(source):
+        raise InventoryError(
+            source, "not a regular file (a pipe, socket or device): give the inventory file"
+        )
     elif "," in source:
         raise NeedsAnsible(source, "a host list")
     else:

@@ -46,7 +46,7 @@ class VarsDirectory:
         for candidate in (base, *(base + ext for ext in _EXTENSIONS)):
             if os.path.isdir(candidate):
                 return _dir_files(candidate)
-            if os.path.exists(candidate):
+            if os.path.isfile(candidate):  # never a pipe: reading one would block
                 return [candidate]
         return []
 

@@ -46,3 +46,26 @@ def test_a_missing_source_is_named(tmp_path: Path) -> None:
 def test_inventory_via_ansible_is_parsed_for_check_and_bench() -> None:
     assert parse(["check", "x", "--inventory-via-ansible"]).inventory_via_ansible is True
     assert parse(["bench", "-i", "x"]).inventory_via_ansible is False
+
+
+def test_deepops_bastion_idiom_gives_a_proxycommand() -> None:
+    from clusterkit.inventory import load_inventory
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "inventories" / "styles" / "deepops"
+    host = load_inventory(fixture / "inventory").host("gpu01")
+    assert host.proxy_command == "ssh -W %h:%p -q ubuntu@10.0.0.1"
+    assert (host.address, host.user) == ("10.0.2.1", "ubuntu")
+
+
+def test_a_pipe_is_refused_not_read(tmp_path: Path) -> None:
+    import os
+
+    pipe = tmp_path / "inventory"
+    os.mkfifo(pipe)
+    with pytest.raises(InventoryError, match="not a regular file"):
+        load_target(parse(["check", str(pipe)]))
+    inventory = tmp_path / "hosts"
+    inventory.write_text("solo\n")
+    (tmp_path / "group_vars").mkdir()
+    os.mkfifo(tmp_path / "group_vars" / "all")
+    assert load_target(parse(["check", str(inventory)])).host("solo").vars == {}
