@@ -99,6 +99,20 @@ def bench_details(outcome: BenchOutcome) -> dict:
     }
 
 
+def not_run_after_probe(hosts: list[str]) -> BenchOutcome:
+    """A node whose probe hung or failed would stall the bench as well, and the ranks left
+    waiting for it would be blamed: the bench is not started, and the node is named."""
+    finding = Finding(
+        "bench.not-joined",
+        Status.SKIP,
+        f"not run: the probe did not complete on {', '.join(hosts)}; those nodes would stall "
+        "the rendezvous",
+        hosts=hosts,
+        stage="bench",
+    )
+    return BenchOutcome([finding], None, "", [], "", 0.0)
+
+
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
     inventory = load_target(args)
@@ -117,17 +131,14 @@ def run(args: argparse.Namespace) -> ExitStatus:
             workers=args.forks,
         )
         findings += [
-            Finding(
-                "probe.ran",
-                Status.WARN,
-                f"{host}: {why} (default threshold and warnings without its facts)",
-                hosts=[host],
-                stage="probe",
-            )
+            Finding("probe.ran", Status.ERROR, f"{host}: {why}", hosts=[host], stage="probe")
             for host, why in probed.failures.items()
         ]
         options = bench_options(args, settings, probed.facts)
-        outcome = launch_bench(connections.transports, inventory, options, deadline)
+        if probed.failures:
+            outcome = not_run_after_probe(list(probed.failures))
+        else:
+            outcome = launch_bench(connections.transports, inventory, options, deadline)
         findings += outcome.findings
     finally:
         connections.close()

@@ -110,6 +110,7 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
     assert settings_source is not None
     _, setting, origin = settings_source
     settings = parse_settings(setting, origin)
+    _check_master(settings.master, hosts, setting, origin)
     return Inventory(
         path=path, hosts=tuple(hosts), settings=settings, warnings=tuple(graph.warnings)
     )
@@ -149,6 +150,21 @@ def _check_names(host: Host, defined_at: Origin, origins: dict[str, Origin]) -> 
 _ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 _USER_VARS = ("ansible_user", "ansible_ssh_user")
 _SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
+
+
+def _check_master(master: str | None, hosts: list[Host], setting: Any, origin: Origin) -> None:
+    """clusterkit.master must be an inventory host (by name or address): a rendezvous on a
+    machine outside the inventory would be checked on none of it."""
+    if master is None or any(master in (host.name, host.address) for host in hosts):
+        return
+    line_of = getattr(setting, "line_of", None)
+    raise InventoryError(
+        origin[0],
+        f"{master!r} is not a host of this inventory (by name or ansible_host)",
+        line=(line_of("master") if line_of else None) or origin[1],
+        key=f"{VARIABLE}.master",
+        hint="name one of the inventory's hosts, or leave it out to use the first",
+    )
 
 
 class _VarsResolver:

@@ -154,3 +154,25 @@ def test_ctrl_c_while_a_connect_hangs_exits_at_once(cluster: NetCluster, tmp_pat
     assert process.returncode == 130, stderr
     assert time.monotonic() - interrupted < 5
     assert "Traceback" not in stderr and "Socket exception" not in stderr
+
+
+def test_bench_blames_the_node_whose_probe_hangs(cluster: NetCluster, tmp_path: Path) -> None:
+    """node3's interpreter never answers: its probe runs into the probe deadline. The bench
+    must then not start (the others would wait for node3 and node1 would be blamed)."""
+    hung = cluster.nodes[2]
+    stuck_python = hung.dir / "stuck-python"
+    stuck_python.write_text("#!/bin/sh\nexec sleep 3600\n")
+    stuck_python.chmod(0o755)
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        nodes=cluster.nodes[:3],
+        host_vars={hung.name: {"ansible_python_interpreter": str(stuck_python)}},
+    )
+    done = clusterkit("bench", str(inventory), "--format", "json", "--timeout", "40", timeout=120)
+    report = json.loads(done.stdout)
+    assert done.returncode == 3, done.stderr
+    blamed = [f for f in report["findings"] if f["status"] in ("error", "fail")]
+    assert [(f["id"], f["hosts"]) for f in blamed] == [("probe.ran", [hung.name])], blamed
+    assert "deadline" in blamed[0]["message"]
+    assert report["details"]["bench"]["nodes"] == []  # no rank was started anywhere
+    wait_for(lambda: not any(n.processes() for n in cluster.nodes), 10, "processes left")

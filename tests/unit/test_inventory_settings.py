@@ -116,7 +116,7 @@ def test_all_fields_and_typed_sections(tmp_path: Path) -> None:
     assert inventory.master.name == "b"
 
 
-def test_master_may_be_an_address_of_a_host_or_an_unknown_name(tmp_path: Path) -> None:
+def test_master_may_be_an_address_of_a_host_but_not_an_unknown_name(tmp_path: Path) -> None:
     inventory = load(
         tmp_path,
         """
@@ -126,9 +126,12 @@ def test_master_may_be_an_address_of_a_host_or_an_unknown_name(tmp_path: Path) -
         """,
     )
     assert inventory.master.name == "b"
-    other = load(tmp_path, "all:\n  vars: {clusterkit: {master: head.dns}}\n  hosts: {a: }\n")
-    assert other.settings.master == "head.dns"  # a DNS name outside the inventory is fine
-    assert other.master.name == "a"
+    # A name outside the inventory used to be accepted, and the rendezvous then tested on
+    # the first host instead (issue 13, item 7): it is refused when the file is read.
+    with pytest.raises(
+        InventoryError, match=re.escape("clusterkit.master: 'head.dns' is not a host")
+    ):
+        load(tmp_path, "all:\n  vars: {clusterkit: {master: head.dns}}\n  hosts: {a: }\n")
 
 
 def test_settings_resolve_with_precedence_and_must_agree(tmp_path: Path) -> None:
