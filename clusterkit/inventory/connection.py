@@ -155,7 +155,28 @@ def _python_interpreter(hv: _HostVars) -> str | None:
     interpreter = hv.text(("ansible_python_interpreter",))
     if interpreter is not None and interpreter.startswith("auto"):
         return None  # Ansible's interpreter discovery: let the runner use its default
-    return interpreter
+    return _interpreter_command(hv, interpreter) if interpreter is not None else None
+
+
+def _interpreter_command(hv: _HostVars, interpreter: str) -> str:
+    """The interpreter as the one word every remote argv starts with. Ansible puts the value
+    in a shebang, so `/usr/bin/env python3` is common: that is a PATH lookup of `python3`,
+    which the node's shell does for a bare name too. Other arguments have no such meaning."""
+    try:
+        words = shlex.split(interpreter)
+    except ValueError as exc:
+        raise hv.fail("ansible_python_interpreter", f"cannot be split into words: {exc}") from None
+    if len(words) == 1:
+        return words[0]
+    # `env -i ...` or `env NAME=value ...` would change the environment, not just find python.
+    program = words[1] if len(words) == 2 and os.path.basename(words[0]) == "env" else ""
+    if program and not program.startswith("-") and "=" not in program:
+        return program
+    raise hv.fail(
+        "ansible_python_interpreter",
+        f"{interpreter!r}: an interpreter with arguments is not supported",
+        hint="give the interpreter's path, or `/usr/bin/env python3` to find it on the node's PATH",
+    )
 
 
 def _strict_from_host_key_checking(hv: _HostVars) -> str | None:

@@ -176,3 +176,15 @@ def test_bench_blames_the_node_whose_probe_hangs(cluster: NetCluster, tmp_path: 
     assert "deadline" in blamed[0]["message"]
     assert report["details"]["bench"]["nodes"] == []  # no rank was started anywhere
     wait_for(lambda: not any(n.processes() for n in cluster.nodes), 10, "processes left")
+
+
+def test_env_python3_interpreter_runs_the_probe(cluster: NetCluster, tmp_path: Path) -> None:
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        host_vars={"node2": {"ansible_python_interpreter": "/usr/bin/env python3"}},
+    )
+    _, report, _ = check_json(inventory)
+    assert not [f for f in report["findings"] if f["id"] == "probe.ran"], report["findings"]
+    facts = report["hosts"]["node2"]["facts"]
+    assert facts["hostname"]["hostname"] == "node2"
+    assert facts["python"]["executable"] == "/usr/bin/python3"  # found on the node's PATH
