@@ -37,6 +37,12 @@ STOP_SECONDS = 5.0  # a step told to end (stdin closed) is gone by then, or canc
 KILL_SECONDS = 5.0  # a command killed on its node reports back by then
 BLOB_MIN = 2048  # stdin at least this long is broadcast once and referred to by digest
 _TASK_ERROR = re.compile(r"srun: error: (\S+): task \d+: (.+)")
+_LAUNCH_FAILED = re.compile(r"srun: error: Task launch for \S+ failed on node (\S+): (.+)")
+
+
+class StepLost(Exception):
+    """The step ended before this node's relay started, through no fault of this node (srun
+    aborts a whole step when one node cannot launch it): a new step without that node helps."""
 
 
 @cache
@@ -58,6 +64,8 @@ class SrunStep:
         self.cond = threading.Condition()
         self.ready: set[str] = set()
         self.failed: dict[str, str] = {}  # node -> why its relay is gone
+        self.launch_failed: dict[str, str] = {}  # node -> why the step could not start there
+        self.deadline = deadline
         self.ids: tuple[str, str] | None = None  # (job, step) once a relay said so
         self.processes: dict[str, SrunProcess] = {}
         self.ended = False  # srun exited: nothing more will come
@@ -97,7 +105,9 @@ class SrunStep:
             raise TransportError(
                 self.hosts[0], "protocol", f"cannot run {session.srun[0]}: {error}"
             ) from None
-        for target in (self._read_stdout, self._read_stderr, self._write_stdin):
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
+        for target in (self._read_stdout, self._write_stdin):
             threading.Thread(target=target, daemon=True).start()
 
     # --- the three pumps ----------------------------------------------------------------
@@ -117,6 +127,7 @@ class SrunStep:
                     process._receive(kind, words[3] if len(words) > 3 else b"")
                 self.cond.notify_all()
         self.popen.wait()
+        self._stderr_reader.join(STOP_SECONDS)  # srun's last words say why it ended
         with self.cond:
             self.ended = True
             self.cond.notify_all()
@@ -127,7 +138,9 @@ class SrunStep:
             line = raw.decode("utf-8", "replace").rstrip()
             with self.cond:
                 self.stderr_tail = [*self.stderr_tail[-20:], line]
-                if match := _TASK_ERROR.match(line):
+                if match := _LAUNCH_FAILED.match(line):
+                    self.launch_failed.setdefault(match.group(1), match.group(2))
+                elif match := _TASK_ERROR.match(line):
                     self.failed.setdefault(match.group(1), match.group(2))
                 self.cond.notify_all()
 
@@ -161,15 +174,28 @@ class SrunStep:
     # --- commands -----------------------------------------------------------------------
 
     def wait_ready(self, host: str, until: Deadline) -> None:
+        """Until this node's relay runs. StepLost when the step was aborted because of
+        other nodes; TransportError when this node cannot run it."""
         with self.cond:
-            while host not in self.ready:
-                why = self.failed.get(host) or (self._why_ended() if self.ended else None)
-                if why or self.session.cancelled.is_set():
+            while not self._launched(host):
+                cancelled = self.session.cancelled.is_set()
+                if cancelled:
+                    raise TransportError(host, "interrupted", "interrupted; step cancelled")
+                if why := self.launch_failed.get(host) or self.session.unlaunchable.get(host):
                     raise TransportError(
                         host,
-                        "interrupted" if self.session.cancelled.is_set() else "unreachable",
-                        f"srun step {self.name} did not start on {host}: {why or 'cancelled'}",
+                        "unreachable",
+                        f"srun could not start step {self.name} on {host}: {why}",
+                        hint="is its slurmd up and reachable from this node?",
                     )
+                if self.launch_failed:  # srun aborts the whole step: start again without them
+                    raise StepLost(host)
+                if why := self.failed.get(host) or (self._why_ended() if self.ended else None):
+                    raise TransportError(
+                        host, "unreachable", f"srun step {self.name} did not start on {host}: {why}"
+                    )
+                if until.expired and host in self.ready:
+                    return  # others still launching: go on, at the risk of an abort later
                 if until.expired:
                     raise TransportError(
                         host,
@@ -179,6 +205,15 @@ class SrunStep:
                         hint="is the node allocated and its slurmd answering?",
                     )
                 self.cond.wait(min(until.remaining(), 0.25))
+
+    def _launched(self, host: str) -> bool:
+        """This node's relay runs and the step has settled on every node: srun aborts the
+        whole step when one node cannot launch it, killing what already runs elsewhere, so
+        no command starts before every relay is up or known gone."""
+        if host not in self.ready or self.ended or self.launch_failed:
+            return False
+        settled = self.ready | set(self.failed) | set(self.launch_failed)
+        return all(other in settled for other in self.hosts)
 
     def _why_ended(self) -> str:
         return self.stderr_tail[-1] if self.stderr_tail else "srun exited"
@@ -329,6 +364,7 @@ class SrunSession:
         env: Mapping[str, str] | None = None,
         srun: Sequence[str] = ("srun",),
         scancel: str = "scancel",
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self.hosts, self.job_id, self.interpreter = list(hosts), job_id, interpreter
         self.extra_args, self.env, self.srun, self.scancel = (
@@ -337,9 +373,11 @@ class SrunSession:
             list(srun),
             scancel,
         )
+        self.on_close = on_close  # e.g. cancel an allocation made for this session
         self.counter = itertools.count(1)
         self.cancelled = threading.Event()
         self.current: SrunStep | None = None
+        self.unlaunchable: dict[str, str] = {}  # node -> why srun could not start a step there
         self.steps_opened = 0
         self._lock = threading.Lock()
         self._live: list[SrunStep] = []
@@ -363,16 +401,32 @@ class SrunSession:
             if step in self._live:
                 self._live.remove(step)
 
+    def relaunch(self, lost: SrunStep) -> SrunStep:
+        """The phase's step again without the nodes that could not launch it (once per lost
+        step, whichever node asks first)."""
+        with self._lock:
+            if self.current is not lost:
+                return self.current or lost
+            hosts = [host for host in lost.hosts if host not in lost.launch_failed]
+        lost.cancel()  # srun is aborting it anyway: make sure nothing of it lingers
+        self.unlaunchable.update(lost.launch_failed)
+        step = self.open_step(hosts, lost.name, lost.deadline)
+        with self._lock:
+            self.current = step
+        return step
+
     @contextlib.contextmanager
     def phase(self, name: str, seconds: float = STEP_SECONDS) -> Iterator[SrunStep]:
         """One step over every node for the commands started inside the block."""
-        step = self.open_step(self.hosts, name, Deadline.after(seconds))
-        self.current = step
+        # A node where srun could not start an earlier step is left out at once: trying it
+        # again would abort the whole step again, after the same wait.
+        hosts = [host for host in self.hosts if host not in self.unlaunchable] or self.hosts
+        self.current = self.open_step(hosts, name, Deadline.after(seconds))
         try:
-            yield step
+            yield self.current
         finally:
             self.current = None
-            self.close_step(step)
+            self._close_steps()
 
     def cancel(self) -> None:
         """Ctrl-C / SIGTERM: cancel every live step; waits stop at once."""
@@ -384,11 +438,19 @@ class SrunSession:
             with step.cond:
                 step.cond.notify_all()
 
-    def close(self) -> None:
+    def _close_steps(self) -> None:
         with self._lock:
             steps = list(self._live)
         for step in steps:
             self.close_step(step)
+
+    def close(self) -> None:
+        """End every live step (idempotent); then `on_close`, once."""
+        self._close_steps()
+        with self._lock:
+            on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()
 
 
 class SrunTransport:
@@ -408,14 +470,27 @@ class SrunTransport:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         start_by: Deadline | None = None,
     ) -> SrunProcess:
+        if why := self.session.unlaunchable.get(self.host):
+            raise TransportError(
+                self.host,
+                "unreachable",
+                f"srun could not start a step on {self.host}: {why}",
+                hint="is its slurmd up and reachable from this node?",
+            )
         step = self.session.current
         if step is None or self.host not in step.hosts:
             step = self.session.open_step([self.host], "command", deadline)
             own = True
         else:
             own = False
+        until = start_by or deadline
         try:
-            step.wait_ready(self.host, start_by or deadline)
+            while True:
+                try:
+                    step.wait_ready(self.host, until)
+                    break
+                except StepLost:
+                    step = self.session.relaunch(step)
         except TransportError:
             if own:
                 self.session.close_step(step)
@@ -436,4 +511,5 @@ class SrunTransport:
         return process.finish(deadline)
 
     def close(self) -> None:
-        pass
+        """The session's steps end with its first transport closed: the stages are over."""
+        self.session.close()

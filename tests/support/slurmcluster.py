@@ -276,12 +276,21 @@ PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP
 
     def _start_slurmd(self, node) -> None:
         (self.dir / "spool" / node.name).mkdir()
-        # Private UTS (hostname) and mount (the node's /etc/hosts) namespaces; /sys untouched.
-        script = 'mount --bind "$1" /etc/hosts && hostname "$0" && exec slurmd -D -N "$0" -f "$2"'
+        keep = self.dir / "spool" / f"{node.name}.cgroup"
+        keep.mkdir()
+        # Private UTS (hostname) and mount namespaces: the node's /etc/hosts, and a sysfs of
+        # the node's network namespace (as `ip netns exec` gives, so /sys/class/net shows
+        # the node's own interfaces) with the machine's /sys/fs/cgroup moved back onto it,
+        # which slurmd needs.
+        script = (
+            'mount --bind "$1" /etc/hosts && mount --rbind /sys/fs/cgroup "$3"'
+            ' && mount -t sysfs sysfs /sys && mount --move "$3" /sys/fs/cgroup'
+            ' && hostname "$0" && exec slurmd -D -N "$0" -f "$2"'
+        )
         self._spawn(
             ["nsenter", f"--net=/var/run/netns/{node.netns}", "unshare", "--uts", "--mount",
              "--propagation", "private", "sh", "-c", script, node.name, str(node.hosts_path),
-             str(self.conf)],
+             str(self.conf), str(keep)],
             f"slurmd-{node.name}",
         )  # fmt: skip
 
