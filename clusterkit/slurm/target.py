@@ -1,0 +1,201 @@
+"""Which nodes a Slurm-driven check covers, and with which settings.
+
+Inside an allocation (`--slurm`) the nodes are SLURM_JOB_NODELIST's; outside one,
+`--slurm-nodes HOSTLIST` or `--slurm-partition P` names them. Settings come from
+`--settings FILE` (a YAML file holding the same `clusterkit:` mapping as an inventory) or
+from an inventory given alongside, whose hosts then also supply the SSH parameters. The
+master is the first node unless the settings name another.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from clusterkit.errors import ConfigError, UsageError
+from clusterkit.inventory.model import ClusterSettings, Host, Inventory
+from clusterkit.inventory.settings import VARIABLE, parse_settings
+from clusterkit.inventory.yamlfile import load_yaml
+from clusterkit.slurm.hostlist import expand_hostlist
+
+SLURM_SECONDS = 15.0  # sinfo / scontrol answer from slurmctld: bounded like any remote call
+_SETTINGS_KEYS = (VARIABLE, "ansible_python_interpreter")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+@dataclass(frozen=True)
+class SlurmTarget:
+    inventory: Inventory
+    job_id: str | None  # the allocation the check runs in, if any
+    source: str  # "SLURM_JOB_NODELIST", "--slurm-nodes", "--slurm-partition P"
+
+
+def wants_slurm(args: Any) -> bool:
+    return bool(
+        getattr(args, "slurm", False)
+        or getattr(args, "slurm_nodes", None)
+        or getattr(args, "slurm_partition", None)
+    )
+
+
+def slurm_target(
+    args: Any, inventory: Inventory | None, env: Mapping[str, str] | None = None
+) -> SlurmTarget:
+    """The nodes and settings for `check --slurm*`; UsageError/ConfigError on bad input."""
+    env = os.environ if env is None else env
+    chosen = [
+        flag
+        for flag, given in (
+            ("--slurm", getattr(args, "slurm", False)),
+            ("--slurm-nodes", getattr(args, "slurm_nodes", None)),
+            ("--slurm-partition", getattr(args, "slurm_partition", None)),
+        )
+        if given
+    ]
+    if len(chosen) > 1:
+        raise UsageError(f"{' and '.join(chosen)} cannot be combined: name the nodes one way")
+    job_id = env.get("SLURM_JOB_ID") or None
+    if getattr(args, "slurm", False):
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if not nodelist:
+            raise UsageError(
+                "--slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is not set)",
+                hint="run it in sbatch/salloc, or name nodes with --slurm-nodes/--slurm-partition",
+            )
+        names, source = expand_hostlist(nodelist, env), "SLURM_JOB_NODELIST"
+    elif getattr(args, "slurm_nodes", None):
+        names, source = expand_hostlist(args.slurm_nodes, env), "--slurm-nodes"
+        job_id = job_id if _inside(names, env) else None
+    else:
+        partition = args.slurm_partition
+        names, source = partition_nodes(partition, env), f"--slurm-partition {partition}"
+        job_id = job_id if _inside(names, env) else None
+    for name in names:
+        if not _NODE_NAME.fullmatch(name):
+            raise UsageError(f"{source}: {name!r} is not a valid node name")
+    names = list(dict.fromkeys(names))  # a node named twice is checked once
+    settings_file = getattr(args, "settings", None)
+    if inventory is not None and settings_file:
+        raise UsageError("give --settings or an inventory, not both: both hold the settings")
+    if inventory is not None:
+        hosts = _hosts_from_inventory(inventory, names, source)
+        settings = inventory.settings
+        path = inventory.path
+    else:
+        settings, interpreter = (
+            load_settings(settings_file) if settings_file else (ClusterSettings(), None)
+        )
+        # Slurm nodes share the filesystem: by default they run the interpreter (and its
+        # torch) that clusterkit runs under here, as the job itself will.
+        interpreter = interpreter or sys.executable
+        addresses = node_addresses(names, env)
+        hosts = [
+            Host(
+                name=name,
+                address=addresses.get(name, name),
+                python_interpreter=interpreter,
+                groups=("all", "slurm"),
+            )
+            for name in names
+        ]
+        path = settings_file
+    if settings.master is None:
+        settings = replace(settings, master=names[0])
+    return SlurmTarget(Inventory(path=path, hosts=tuple(hosts), settings=settings), job_id, source)
+
+
+def _inside(names: list[str], env: Mapping[str, str]) -> bool:
+    """Whether every node is in this process's own allocation (steps can run there)."""
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    return bool(nodelist) and set(names) <= set(expand_hostlist(nodelist, env))
+
+
+def _hosts_from_inventory(inventory: Inventory, names: list[str], source: str) -> list[Host]:
+    by_name = {host.name: host for host in inventory.hosts}
+    missing = [name for name in names if name not in by_name]
+    if missing:
+        raise UsageError(
+            f"{source} names {', '.join(missing)}, not in inventory {inventory.path}",
+            hint="add the nodes to the inventory, or use --settings instead",
+        )
+    return [by_name[name] for name in names]
+
+
+def load_settings(path: str) -> tuple[ClusterSettings, str | None]:
+    """(settings, python interpreter) from a YAML file with a `clusterkit:` mapping."""
+    try:
+        document = load_yaml(path)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{path}: must be a mapping with a `{VARIABLE}:` key")
+    unknown = [key for key in document if key not in _SETTINGS_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key {unknown[0]!r}",
+            hint=f"a settings file holds {' and '.join(_SETTINGS_KEYS)}",
+        )
+    line = document.line_of(VARIABLE) if hasattr(document, "line_of") else None
+    settings = parse_settings(document.get(VARIABLE), (path, line))
+    interpreter = document.get("ansible_python_interpreter")
+    if interpreter is not None and not isinstance(interpreter, str):
+        raise ConfigError(f"{path}: ansible_python_interpreter must be a path")
+    return settings, interpreter
+
+
+def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
+    tool = shutil.which(argv[0])
+    if tool is None:
+        raise UsageError(f"{what}: {argv[0]} not found (install the Slurm client tools)")
+    try:
+        done = subprocess.run(
+            [tool, *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=SLURM_SECONDS,
+            env=dict(env),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{what}: {argv[0]} did not answer in {SLURM_SECONDS:g} s") from None
+    if done.returncode != 0:
+        detail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise UsageError(f"{what}: {' '.join(argv)} failed: {detail[0]}")
+    return done.stdout
+
+
+def partition_nodes(partition: str, env: Mapping[str, str]) -> list[str]:
+    """Every node of a partition, as `scontrol show partition` lists them."""
+    if not _NODE_NAME.fullmatch(partition):
+        raise UsageError(f"--slurm-partition: {partition!r} is not a valid partition name")
+    what = f"--slurm-partition {partition}"
+    text = _slurm_command(["scontrol", "show", "partition", partition, "-o"], env, what)
+    match = re.search(r"(?:^|\s)Nodes=(\S+)", text)
+    if not match or match.group(1) == "(null)":
+        raise UsageError(f"{what}: the partition has no nodes")
+    return expand_hostlist(match.group(1), env)
+
+
+def node_addresses(names: list[str], env: Mapping[str, str]) -> dict[str, str]:
+    """NodeName -> NodeAddr from `scontrol show node` (SSH goes there); {} when unknown."""
+    if shutil.which("scontrol") is None:
+        return {}
+    try:
+        text = _slurm_command(["scontrol", "show", "node", ",".join(names), "-o"], env, "nodes")
+    except UsageError:
+        return {}
+    addresses = {}
+    for line in text.splitlines():
+        name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
+        addr = re.search(r"(?:^|\s)NodeAddr=(\S+)", line)
+        if name and addr:
+            addresses[name.group(1)] = addr.group(1)
+    return addresses
