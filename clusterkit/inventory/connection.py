@@ -27,6 +27,7 @@ _PORT = ("ansible_port", "ansible_ssh_port")
 _USER = ("ansible_user", "ansible_ssh_user")
 _KEY_FILE = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 _TIMEOUT = ("ansible_timeout", "ansible_ssh_timeout")
+_PASSWORD = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
 _HOST_KEY_CHECKING = ("ansible_host_key_checking", "ansible_ssh_host_key_checking")
 # All apply, in the order Ansible puts them on the ssh command line.
 _SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
@@ -115,6 +116,19 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     return None
+
+
+def _password(hv: _HostVars) -> str | None:
+    """The SSH password (ansible_password and its aliases). Messages name the variable and
+    the value's type, never the value."""
+    found = hv.pick(_PASSWORD)
+    if found is None:
+        return None
+    var, value = found
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
+        kind = "an empty string" if value == "" else f"a {type(value).__name__}"
+        raise hv.fail(var, f"must be a non-empty string, got {kind}")
+    return str(value)
 
 
 def _timeout(hv: _HostVars) -> float | None:
@@ -276,4 +290,5 @@ def _fields(hv: _HostVars) -> dict[str, Any]:
         "connection": _connection(hv),
         "python_interpreter": _python_interpreter(hv),
         "ssh_timeout": _timeout(hv),
+        "password": _password(hv),
     }

@@ -26,7 +26,10 @@ class Host:
     # Why this host cannot be reached as written (a connection variable only Ansible could
     # compute); the host is reported as failed, the rest of the inventory still runs.
     problem: str | None = None
-    vars: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # ansible_password / ansible_ssh_pass: for SSH password authentication only. Never in a
+    # repr, a message or a report (vars hold it too, so they stay out of the repr as well).
+    password: str | None = field(default=None, repr=False, compare=False)
+    vars: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def is_local(self) -> bool:

@@ -49,6 +49,7 @@ class Endpoint:
     policy: str = "strict"
     known_hosts: tuple[str, ...] = field(default=(DEFAULT_KNOWN_HOSTS,))
     timeout: float = DEFAULT_CONNECT_TIMEOUT
+    password: str | None = field(default=None, repr=False)  # the target's only, never a hop's
 
     @property
     def where(self) -> str:
@@ -139,6 +140,7 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
         policy=policy,
         known_hosts=known,
         timeout=timeout or DEFAULT_CONNECT_TIMEOUT,
+        password=host.password,
     )
 
 

@@ -55,8 +55,16 @@ def _classify(host: str, where: str, error: BaseException, deadline: Deadline) -
             host,
             "auth",
             f"authentication failed at {where}: {error}",
-            hint="check ansible_user and ansible_ssh_private_key_file, or load the key "
-            "into ssh-agent",
+            hint="check ansible_user and ansible_ssh_private_key_file (or ansible_password), "
+            "or load the key into ssh-agent",
+        )
+    if isinstance(error, paramiko.SSHException) and "No authentication methods" in str(error):
+        return TransportError(
+            host,
+            "auth",
+            f"no key or password to log in at {where} with",
+            hint="set ansible_ssh_private_key_file or ansible_password, or load a key into "
+            "ssh-agent",
         )
     if isinstance(error, ConnectionRefusedError):
         return TransportError(
@@ -179,6 +187,7 @@ def open_client(
             key_filename=keys,
             look_for_keys=keys is None,
             allow_agent=keys is None,
+            password=endpoint.password,  # tried after the keys, as ssh does with sshpass
             timeout=remaining,
             banner_timeout=remaining,
             auth_timeout=remaining,

@@ -188,3 +188,92 @@ def test_env_python3_interpreter_runs_the_probe(cluster: NetCluster, tmp_path: P
     facts = report["hosts"]["node2"]["facts"]
     assert facts["hostname"]["hostname"] == "node2"
     assert facts["python"]["executable"] == "/usr/bin/python3"  # found on the node's PATH
+
+
+PASSWORD_PORT = 2222
+PASSWORD_USER = "ckpass"
+
+
+def start_password_sshd(node, folder: Path, password: str) -> None:
+    """A second sshd on the node that takes passwords only, for a user that exists only in
+    its own mount namespace (private copies of /etc/passwd and /etc/shadow)."""
+    hashed = subprocess.run(
+        ["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True, text=True,
+        check=True, timeout=20,
+    ).stdout.strip()  # fmt: skip
+    passwd, shadow, config = folder / "passwd", folder / "shadow", folder / "sshd_config"
+    passwd.write_text(
+        Path("/etc/passwd").read_text() + f"{PASSWORD_USER}:x:4242:4242::/tmp:/bin/sh\n"
+    )
+    shadow.write_text(Path("/etc/shadow").read_text() + f"{PASSWORD_USER}:{hashed}:19000::::::\n")
+    shadow.chmod(0o600)
+    config.write_text(
+        f"ListenAddress {node.address}:{PASSWORD_PORT}\nHostKey {node.host_key_path}\n"
+        "PasswordAuthentication yes\nPubkeyAuthentication no\nKbdInteractiveAuthentication no\n"
+        f"UsePAM no\nPermitRootLogin no\nAllowUsers {PASSWORD_USER}\nStrictModes no\n"
+        f"UseDNS no\nPidFile none\nSetEnv PATH={node.bin_dir}:/usr/local/bin:/usr/bin:/bin\n"
+    )
+    script = (
+        'mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/shadow && exec "$3" -D -e -f "$4"'
+    )
+    with open(folder / "sshd.log", "ab") as log:
+        node.spawn(
+            ["unshare", "--mount", "--", "sh", "-c", script, "sh",
+             str(passwd), str(shadow), "/usr/sbin/sshd", str(config)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        )  # fmt: skip
+
+    def answers() -> bool:
+        import socket
+
+        try:
+            with socket.create_connection((node.address, PASSWORD_PORT), timeout=1) as sock:
+                return sock.recv(4).startswith(b"SSH-")
+        except OSError:
+            return False
+
+    wait_for(answers, 20, f"password sshd never answered: {(folder / 'sshd.log').read_text()}")
+
+
+def test_password_login_works_and_the_password_is_never_shown(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    node = cluster.nodes[0]
+    password = "pw-" + os.urandom(8).hex()
+    start_password_sshd(node, tmp_path, password)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[{node.address}]:{PASSWORD_PORT} {node.host_key_line().split(' ', 1)[1]}\n")
+    home = tmp_path / "home"  # no ~/.ssh keys to fall back on: the password must do it
+    home.mkdir()
+
+    def inventory(secret: str) -> Path:
+        path = tmp_path / "inv.yaml"
+        host = {
+            "ansible_host": node.address, "ansible_port": PASSWORD_PORT,
+            "ansible_user": PASSWORD_USER, "ansible_ssh_pass": secret,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={known}",
+        }  # fmt: skip
+        path.write_text(json.dumps({"all": {"hosts": {node.name: host}}}))
+        return path
+
+    report_file = tmp_path / "report.json"
+    done = clusterkit(
+        "check", str(inventory(password)), *STATIC_ONLY, "-vv", "--format", "json",
+        "-o", str(report_file), env={"HOME": str(home)},
+    )  # fmt: skip
+    report = json.loads(report_file.read_text())
+    assert not errors_by_host(report), report["findings"]
+    assert report["hosts"][node.name]["facts"]["python"]["executable"] == "/usr/bin/python3"
+    assert f"Accepted password for {PASSWORD_USER}" in (tmp_path / "sshd.log").read_text()
+    for text in (done.stdout, done.stderr, report_file.read_text()):
+        assert password not in text
+
+    wrong = "pw-" + os.urandom(8).hex()
+    done = clusterkit(
+        "check", str(inventory(wrong)), *STATIC_ONLY, "-vv", "--format", "json",
+        env={"HOME": str(home)},
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert errors_by_host(json.loads(done.stdout))[node.name]["found"] == "auth"
+    assert wrong not in done.stdout and wrong not in done.stderr
