@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import IO, Any
 
-from clusterkit.status import ExitStatus
+from clusterkit.status import ExitStatus, interrupted_status, note_stop_signal, stop_signal
 
 # SIGTERM (CI runners, Slurm, Kubernetes) and SIGHUP (a closed terminal) stop a run exactly
 # like Ctrl-C: KeyboardInterrupt unwinds every stage, which kills its remote process groups.
@@ -19,22 +19,19 @@ _STOPPED_BY = {
     signal.SIGTERM: "terminated (SIGTERM)",
     signal.SIGHUP: "hung up (SIGHUP)",
 }
-_received = signal.SIGINT  # the signal behind a KeyboardInterrupt; Ctrl-C unless noted
 
 
 def _stop(signum: int, frame: object) -> None:
-    global _received
     # The first signal starts the (bounded) clean-up; repeats must not cut it short.
     for other in STOP_SIGNALS:
         signal.signal(other, signal.SIG_IGN)
-    _received = signal.Signals(signum)
+    note_stop_signal(signum)
     raise KeyboardInterrupt
 
 
 @contextmanager
 def _stop_signals_like_ctrl_c() -> Iterator[None]:
-    global _received
-    _received = signal.SIGINT
+    note_stop_signal(signal.SIGINT)
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         if previous[signum] is not signal.SIG_IGN:  # a nohup'ed run keeps ignoring SIGHUP
@@ -99,9 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(error.exit_status)
     except KeyboardInterrupt:
         print(
-            f"clusterkit: {_STOPPED_BY[_received]}; remote commands were stopped", file=sys.stderr
+            f"clusterkit: {_STOPPED_BY[stop_signal()]}; remote commands were stopped",
+            file=sys.stderr,
         )
-        return int(ExitStatus.for_signal(_received))
+        return int(interrupted_status())
     except _StdoutGone as error:
         _print_error(f"cannot write to standard output: {error}")
         # The interpreter flushes stdout once more at exit: let that go nowhere, quietly.

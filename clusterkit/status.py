@@ -19,3 +19,23 @@ class ExitStatus(IntEnum):
         return {signal.SIGHUP: cls.HANGUP, signal.SIGTERM: cls.TERMINATED}.get(
             signum, cls.INTERRUPTED
         )
+
+
+# The signal behind the KeyboardInterrupt being handled: Ctrl-C unless a handler noted another
+# (the entry point's for SIGTERM and SIGHUP), so any layer that turns an interrupt into a status
+# gives the same one.
+_stopped_by: int = signal.SIGINT
+
+
+def note_stop_signal(signum: int) -> None:
+    global _stopped_by
+    _stopped_by = signum
+
+
+def stop_signal() -> int:
+    return _stopped_by
+
+
+def interrupted_status() -> ExitStatus:
+    """The exit status for the interrupt being handled: 130, 143 or 129."""
+    return ExitStatus.for_signal(_stopped_by)

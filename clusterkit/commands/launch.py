@@ -38,7 +38,7 @@ from clusterkit.net.plan import NetworkOptions
 from clusterkit.probe.runner import probe_all
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
-from clusterkit.status import ExitStatus
+from clusterkit.status import ExitStatus, note_stop_signal
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import Connections, connect_all
 
@@ -311,6 +311,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the job like Ctrl-C does: nothing may be left running on any node."""
 
     def interrupt(signum: int, frame: Any) -> None:
+        note_stop_signal(signum)  # exit 143, as for every other command
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -39,7 +39,7 @@ from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.net.stage import BOOTSTRAP
-from clusterkit.status import ExitStatus
+from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 
 START_SECONDS = 30.0  # the server starts the node process by then
@@ -415,7 +415,7 @@ class Supervisor:
         seconds = time.monotonic() - self.started
         if self.interrupted:
             return JobOutcome(
-                int(ExitStatus.INTERRUPTED),
+                int(interrupted_status()),
                 "interrupted",
                 "interrupted: the job was stopped on every node",
                 node_codes=codes,
