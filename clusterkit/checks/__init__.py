@@ -11,7 +11,12 @@ from clusterkit.checks.gpu_use import (
     cpu_build_findings,
     visibility_findings,
 )
-from clusterkit.checks.health import environment_findings, gpu_findings, gpu_presence_findings
+from clusterkit.checks.health import (
+    environment_findings,
+    gpu_findings,
+    gpu_presence_findings,
+    memory_findings,
+)
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import Facts, parity_findings
 from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
@@ -40,6 +45,7 @@ def static_findings(
         lambda: gpu_findings(facts, remedy),
         lambda: gpu_presence_findings(facts, expect, remedy),
         lambda: busy_findings(facts, busy_mib),
+        lambda: memory_findings(facts),
         lambda: visibility_findings(facts, expect),
         lambda: arch_findings(facts),
         lambda: cpu_build_findings(facts, expect),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, section
+from clusterkit.checks.parity import Facts, parity_finding, section
 from clusterkit.inventory.model import Expectations
 
 Remedy = Callable[[str, list[str]], "str | None"]
 GIB = 1024**3
+LOW_MEMORY_FRACTION = 0.1
 # Variables meant for debugging that slow NCCL down or hang it when left set in production.
 NCCL_DEBUG_ONLY = (
     "NCCL_P2P_DISABLE",
@@ -140,6 +142,33 @@ def gpu_presence_findings(facts: Facts, expect: Expectations, remedy: Remedy) ->
             "CPU cluster",
         )
     ]
+
+
+def memory_findings(facts: Facts) -> list[Finding]:
+    """parity.memory: the same RAM on every node (in whole GiB: firmware reservations differ
+    by a few MiB); host.memory-free: at least a tenth of it available to the job."""
+
+    def total(f: Mapping[str, Any]) -> int | None:  # older probes: the system section's
+        return section(f, "memory").get("total_bytes") or section(f, "system").get("memory_bytes")
+
+    totals = {h: round(total(f) / GIB) for h, f in facts.items() if total(f)}
+    parity = parity_finding("parity.memory", "host memory (GiB)", totals)
+    low: dict[str, str] = {}
+    for host, f in facts.items():
+        size, available = total(f), section(f, "memory").get("available_bytes")
+        if size and available is not None and available < size * LOW_MEMORY_FRACTION:
+            low[host] = f"{available / GIB:.1f} of {size / GIB:.0f} GiB available"
+    free = _per_host(
+        "host.memory-free",
+        Status.WARN,
+        low,
+        "little memory available (another job or a leak holds it; data loaders and pinned "
+        "buffers will fail or swap)",
+        ok="at least 10% of memory available on every node",
+        checked=list(totals),
+        remedy="find what holds the memory (ps aux --sort=-rss | head) or drain the node",
+    )
+    return [parity, free]
 
 
 def _positive(value: object) -> bool:

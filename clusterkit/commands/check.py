@@ -13,6 +13,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.probe.runner import probe_all
+from clusterkit.probe.shared import check_shared_paths
 from clusterkit.remedy import command_of, with_stage_fixes
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
@@ -140,7 +141,13 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 busy_mib=inventory.settings.gpu_busy_mib,
             )
             findings += job_env_findings(probed.facts, inventory)
+            storage, shared = check_shared_paths(
+                connections.transports, inventory, Deadline.after(SHARED_SECONDS)
+            )
+            findings += storage
             details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
+            if shared:
+                details["shared_paths"] = shared
             findings = with_stage_fixes(findings, inventory.path)
         finally:
             connections.close()
@@ -162,6 +169,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
 
 
 NETWORK_SECONDS = 60.0
+SHARED_SECONDS = 30.0
 IMAGE_SECONDS = 180.0
 
 

@@ -128,6 +128,8 @@ class ClusterSettings:
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     cost: CostSettings = field(default_factory=CostSettings)
     gpu_busy_mib: int = 1024  # memory in use above which a GPU counts as busy (gpu.busy)
+    # Folders every node must share (the checkpoint directory rank 0 writes, all ranks read)
+    shared_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

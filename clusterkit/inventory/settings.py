@@ -193,6 +193,14 @@ def hazard(value: Any) -> str:
     return written
 
 
+def absolute_path(value: Any) -> str:
+    """An absolute path on the nodes, without control characters (it reaches a command)."""
+    written = text(value)
+    if not written.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in written):
+        raise Invalid(f"must be an absolute path, got {written!r}")
+    return written
+
+
 PORT = integer(1, 65535)
 
 # --- the model: one rule per field of each section --------------------------------------------
@@ -264,6 +272,7 @@ TOP_RULES: dict[str, Rule] = {
     "image": text,
     "image_run_args": list_of(text, "docker run arguments (strings)"),
     "gpu_busy_mib": integer(0, 10_000_000),
+    "shared_paths": list_of(absolute_path, "absolute paths"),
 }
 TOP_KEYS = (*TOP_RULES, *SECTIONS)
 

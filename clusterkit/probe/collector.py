@@ -599,6 +599,16 @@ def collect_infiniband(options):
     return {"devices": devices}
 
 
+def collect_memory(options):
+    """Host memory: total and what new processes can still get (MemAvailable)."""
+    values = {}
+    for line in (read("/proc/meminfo") or "").splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("MemTotal", "MemAvailable") and rest.split():
+            values[name] = int(rest.split()[0]) * 1024
+    return {"total_bytes": values.get("MemTotal"), "available_bytes": values.get("MemAvailable")}
+
+
 COLLECTORS = (
     ("system", collect_system),
     ("hostname", collect_hostname),
@@ -612,6 +622,7 @@ COLLECTORS = (
     ("infiniband", collect_infiniband),
     ("gpu_processes", collect_gpu_processes),
     ("nvlink", collect_nvlink),
+    ("memory", collect_memory),
 )
 
 

@@ -1,4 +1,5 @@
-"""Facts are the job's: the interpreter's own venv, and no secret of the node's environment."""
+"""What the nodes themselves hold, end to end: the job interpreter's own venv, no secret of the
+node's environment, busy GPUs, the job's variables, a second interface, shared storage."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,36 @@ def test_job_variables_and_a_second_interface_on_the_nodes(
     ifname = finding(report, "env.socket-ifname", "warn")
     assert ifname["hosts"] == [node3.name]
     assert "NCCL_SOCKET_IFNAME=eth0" in ifname["message"]
+
+
+def test_shared_path_token_is_read_back_on_every_node_but_one(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """Nodes share this machine's filesystem; node3 gets its own folder mounted over one path
+    (`ip netns exec` bind-mounts /etc/netns/NS/X over /etc/X for the node's sshd)."""
+    node3 = cluster.nodes[2]
+    name = f"ck-shared-{uuid.uuid4().hex[:8]}"
+    common, own = Path("/etc") / name, Path("/etc/netns") / node3.netns / name
+    shared_tmp = tmp_path / "shared"
+    for folder in (common, own, shared_tmp):
+        folder.mkdir(parents=True)
+    try:
+        node3.stop_sshd()
+        node3.start_sshd()  # its sessions now see `own` at /etc/<name>
+        inventory = cluster.inventory(
+            tmp_path / "inv.yaml", clusterkit={"shared_paths": [str(shared_tmp), str(common)]}
+        )
+        status, report, _ = check(inventory)
+    finally:
+        own.rmdir()
+        node3.stop_sshd()
+        node3.start_sshd()
+        common.rmdir()
+    assert status == 1
+    shared = finding(report, "storage.shared", "fail")
+    assert shared["hosts"] == [node3.name]
+    assert str(common) in shared["message"] and str(shared_tmp) not in shared["message"]
+    assert finding(report, "storage.free")["status"] in ("ok", "warn")
+    reads = report["details"]["shared_paths"]["reads"]
+    assert reads["node1"][str(shared_tmp)]["free_bytes"] > 0
+    assert not list(shared_tmp.iterdir())  # the token file was removed again

@@ -55,7 +55,8 @@ def test_healthy_cluster_every_check_ok() -> None:
         "parity.torch", "parity.torch-cuda", "parity.nccl", "parity.python", "parity.kernel",
         "torch.present", "compat.driver-cuda", "gpu.nvidia-smi", "gpu.ecc", "gpu.persistence",
         "gpu.present", "env.shm", "env.memlock", "env.clock", "env.nccl-debug-vars",
-        "gpu.busy", "gpu.visible", "gpu.arch", "torch.cpu-build",
+        "gpu.busy", "gpu.visible", "gpu.arch", "torch.cpu-build", "parity.memory",
+        "host.memory-free",
     }  # fmt: skip
     assert {f.id: f.status for f in findings.values() if f.status is not Status.OK} == {}
     assert findings["parity.nccl"].expected == "2.21.5"

@@ -216,3 +216,21 @@ def test_bench_runs_one_gloo_rank_per_node_where_torch_has_no_cuda() -> None:
     assert ranks_per_node(pinned, BenchOptions(facts=cpu, nproc_per_node=4), list(hosts)) == 4
     cuda = {"n1": facts("healthy-h100"), "n2": facts("healthy-h100")}
     assert ranks_per_node(pinned, BenchOptions(facts=cuda), list(hosts)) == 8
+
+
+# -- host memory -----------------------------------------------------------------------------
+
+
+def test_memory_parity_in_whole_gib_and_low_available_memory() -> None:
+    hosts = healthy(3)
+    gib = 1024**3
+    for f in hosts.values():
+        f["memory"] = {"total_bytes": 2015 * gib + 12345, "available_bytes": 1900 * gib}
+    hosts["node2"]["memory"]["total_bytes"] = 2015 * gib - 4096  # a few pages less: same
+    findings = run(hosts)
+    assert findings["parity.memory"].status is Status.OK
+    assert findings["host.memory-free"].status is Status.OK
+    hosts["node3"]["memory"] = {"total_bytes": 1007 * gib, "available_bytes": 50 * gib}
+    findings = run(hosts)
+    assert findings["parity.memory"].found == {"node3": 1007}
+    assert findings["host.memory-free"].found == {"node3": "50.0 of 1007 GiB available"}
