@@ -252,17 +252,39 @@ class GraphBuilder:
     def reconcile(self) -> InventoryGraph:
         """Parentless groups join `all`; hosts in no other group join `ungrouped`."""
         graph = self.graph
+        for name in graph.hosts.keys() & graph.groups.keys():  # Ansible warns the same
+            path, line = graph.hosts[name].origin
+            where = f"{path}:{line}" if line is not None else path
+            graph.warnings.append(f"{where}: found both a group and a host named {name!r}")
         for name, node in graph.groups.items():
             if name != "all" and not node.parents:
                 self._add_child("all", name, None)
-        for host in graph.hosts.values():
-            others = set(host.direct_groups) - {"all", "ungrouped"}
-            if "ungrouped" in host.direct_groups and others:
-                host.direct_groups.remove("ungrouped")
-            elif not others and "ungrouped" not in host.direct_groups:
+        reach: dict[frozenset[str], set[str]] = {}
+        for host in list(graph.hosts.values()):
+            direct = frozenset(host.direct_groups)
+            if direct not in reach:  # the host's groups with their ancestors, as Ansible's
+                reach[direct] = set(direct).union(*(graph.ancestors(g) for g in direct))
+            others = reach[direct] - {"all", "ungrouped"}
+            if "ungrouped" in reach[direct]:
+                if others and "ungrouped" in host.direct_groups:
+                    host.direct_groups.remove("ungrouped")
+                    if not host.direct_groups:
+                        self._drop_orphan(host)
+            elif not others:
                 host.direct_groups.append("ungrouped")
         self._set_depths()
         return graph
+
+    def _drop_orphan(self, host: HostNode) -> None:
+        """A host only in `ungrouped`, itself a child of another group: Ansible takes it out
+        of `ungrouped` and so out of every group, and no pattern reaches it any more."""
+        del self.graph.hosts[host.name]
+        path, line = host.origin
+        where = f"{path}:{line}" if line is not None else path
+        self.graph.warnings.append(
+            f"{where}: host {host.name!r} is dropped: it is only in 'ungrouped', which is "
+            "listed as a child of another group (Ansible drops it too)"
+        )
 
     def _set_depths(self) -> None:
         """Depth = longest path from `all` (the graph is acyclic by construction)."""

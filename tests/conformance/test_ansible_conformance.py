@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import time
@@ -262,3 +263,74 @@ def test_duplicate_keys_warn_with_file_and_line_like_ansible(tmp_path: Path) -> 
         assert f"{file}:{line}: duplicate key {key!r}: using the last value only" in (
             inventory.warnings
         )
+
+
+_GEN_NAMES = ["n1", "node01", "gpu-a.lab", "10.0.0.1", "fe80::1", "[fe80::2]:2222", "n[01:03]",
+              "n[a:c]", "n[1:9:4]", "h:22", "web1", "db[1:2]"]  # fmt: skip
+_GEN_GROUPS = ["all", "gpu", "web", "db", "ungrouped", "k8s_cluster", "kube-node"]
+_GEN_KEYS = ["ansible_become", "x", "y", "rank", "motd", "k8s_role"]
+_GEN_VALUES = ["1", "22", "0x1F", "True", "None", "[1, 2]", "{'a': 1}", "(1,", "'q'", '"q"',
+               "1e3", "{{ x }}", "a#b", "a b", "007", "-5", "1_000", "b'xy'", "...", "1+2j",
+               "'a' 'b'", "[1, [2, (3,)]]", "{1, 2}", " spaced ", "x=y", "'",
+               "\"a'b\""]  # fmt: skip
+
+
+def _generated_ini(seed: int) -> str:
+    """An INI inventory from the grammar and its neighbours: sections of every kind in any
+    order, host lines with quoted and unquoted values of every literal type, vars lines with
+    and without spaces and comments, children lines, comments; mostly well-formed (each line
+    fits its section nine times in ten), so both the accepting and refusing paths are taken."""
+    rng = random.Random(seed)
+
+    def value() -> str:
+        text = rng.choice(_GEN_VALUES)
+        if " " in text or "'" in text or '"' in text:
+            return text if rng.random() < 0.1 else '"' + text.replace('"', "") + '"'
+
+        return rng.choice([text, f'"{text}"', f"'{text}'"])
+
+    lines, state, group = [], "hosts", "ungrouped"
+    for _ in range(rng.randint(3, 16)):
+        roll = rng.random()
+        if roll < 0.25:
+            state = rng.choice(["hosts", "hosts", "vars", "children"])
+            suffix = "" if state == "hosts" else f":{state}"
+            group = rng.choice(_GEN_GROUPS)
+            lines.append(f"[{group}{suffix}]")
+            continue
+        if roll > 0.9:  # a neighbour: any kind of line in any section
+            state = rng.choice(["hosts", "vars", "children"])
+        if roll > 0.97:
+            lines.append(rng.choice(["# c", "; c", "", "  # indented"]))
+        elif state == "hosts":
+            pairs = [f"{rng.choice(_GEN_KEYS)}={value()}" for _ in range(rng.randint(0, 3))]
+            lines.append(" ".join([rng.choice(_GEN_NAMES), *pairs]))
+        elif state == "vars":
+            separator = rng.choice(["=", " = ", "= "])
+            comment = rng.choice(["", "", " # c"])
+            lines.append(f"{rng.choice(_GEN_KEYS)}{separator}{rng.choice(_GEN_VALUES)}{comment}")
+        else:
+            lines.append(rng.choice([g for g in _GEN_GROUPS[1:] if g != group] or ["gpu"]))
+    lines += [f"[{group}]" for group in _GEN_GROUPS[1:] if rng.random() < 0.8]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_generated_ini_inventories_resolve_like_ansible(seed: int, tmp_path: Path) -> None:
+    path = tmp_path / "hosts.ini"
+    path.write_text(_generated_ini(seed))
+    result = ansible_inventory(path, tmp_path, "ini")
+    if result.returncode != 0:
+        with pytest.raises(InventoryError):
+            load_inventory(path)
+        return
+    listing = json.loads(result.stdout)
+    if not _members(listing, "all"):
+        with pytest.raises(InventoryError, match="defines no hosts"):
+            load_inventory(path)
+        return
+    clashes = [w for w in load_inventory(path).warnings if "both a group and a host" in w]
+    if clashes:  # Ansible's listing mixes such a host up with the group; both warn about it
+        assert "Found both group and host with same name" in result.stderr
+        return
+    assert_same_as_ansible([path], tmp_path, "ini")

@@ -69,3 +69,10 @@ def test_a_pipe_is_refused_not_read(tmp_path: Path) -> None:
     (tmp_path / "group_vars").mkdir()
     os.mkfifo(tmp_path / "group_vars" / "all")
     assert load_target(parse(["check", str(inventory)])).host("solo").vars == {}
+
+
+def test_a_host_named_like_a_group_is_warned_about(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts"
+    inventory.write_text("[gpu]\nn1\n[web]\ngpu\n")
+    loaded = load_target(parse(["check", str(inventory)]))
+    assert f"{inventory}:4: found both a group and a host named 'gpu'" in loaded.warnings
