@@ -471,8 +471,8 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
         "torchrun on every node (static rendezvous, the checked master, port and interface), "
         "stream every rank's output as host/rank, stop everything on the first failure, a hang "
         "or Ctrl-C. Exit status: the job's (0 every rank succeeded; a failed rank's own status, "
-        "128+N for a signal), 124 hung, 3 a node was lost, 130 interrupted; the check's status "
-        "when it did not pass. Example: clusterkit launch inv.yaml -- train.py --epochs 3",
+        "128+N for a signal), 124 hung, 3 a node was lost, 130/143 Ctrl-C/SIGTERM; the check's "
+        "status when it did not pass. Example: clusterkit launch inv.yaml -- train.py --epochs 3",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
     gate = parser.add_argument_group("gate")

@@ -8,13 +8,10 @@ same connections (clusterkit/launch/supervise.py) -> the job's exit status.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +35,7 @@ from clusterkit.net.plan import NetworkOptions
 from clusterkit.probe.runner import probe_all
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
-from clusterkit.status import ExitStatus, note_stop_signal
+from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import Connections, connect_all
 
@@ -81,8 +78,9 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
             f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
         )
         pythons = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
-        with sigterm_as_interrupt():
-            outcome = Supervisor(gate.connections.transports, plan, run_id, pythons, options).run()
+        outcome = Supervisor(gate.connections.transports, plan, run_id, pythons, options).run()
+        if outcome.result == "interrupted":
+            raise KeyboardInterrupt  # every node is stopped; the entry point names the signal
         report_outcome(outcome, options)
         return outcome.status
     finally:
@@ -304,21 +302,6 @@ def print_plan(plan: list[NodeLaunch], directory: str | None) -> None:
 
 
 # --- the job ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the job like Ctrl-C does: nothing may be left running on any node."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        note_stop_signal(signum)  # exit 143, as for every other command
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def report_outcome(outcome: JobOutcome, options: SuperviseOptions) -> None:

@@ -224,14 +224,16 @@ class Supervisor:
             node.thread.start()
         try:
             self._watch(deadline)
-        except KeyboardInterrupt:
-            self.interrupted = True
-            self.options.note("clusterkit: interrupted: stopping the job on every node")
+        except BaseException as error:  # Ctrl-C, SIGTERM (raised as Ctrl-C), stdout gone
+            self.interrupted = isinstance(error, KeyboardInterrupt)
+            self.options.note("clusterkit: stopping the job on every node")
             self._stop_all("interrupted")
             try:
                 self._watch(deadline)
-            except KeyboardInterrupt:
+            except BaseException:  # a second Ctrl-C: the sweep below still runs
                 self._abandon()
+            if not self.interrupted:
+                raise
         finally:
             self._sweep_unconfirmed()
             for handle in self.logs.values():
