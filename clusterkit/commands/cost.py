@@ -16,6 +16,7 @@ from clusterkit.cost.rates import RateSource, parse_rate, read_trace
 from clusterkit.cost.scenario import CapacityWait, Hazard, Scenario
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import CostSettings
+from clusterkit.report.terminal import wants_color
 from clusterkit.status import ExitStatus
 
 # Public 4-node spot traces: time to get all nodes back had a median of 0.3-0.5 h and a mean
@@ -262,7 +263,7 @@ def _write(result: Estimate, args: argparse.Namespace) -> None:
     if args.format == "json":
         text = render_json(result)
     else:
-        color = args.output is None and sys.stdout.isatty()
+        color = args.output is None and wants_color(sys.stdout)
         text = render_text(result, color=color)
     if args.output is None:
         sys.stdout.write(text)

@@ -11,6 +11,7 @@ from clusterkit.redact import redact
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
+from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain, render_rich
 
 __all__ = ["Report", "emit", "ensure_writable", "verdict_status"]
@@ -59,7 +60,7 @@ def emit(report: Report, fmt: str, output: str | None) -> None:
         return
     if text is not None:
         sys.stdout.write(text)
-    elif sys.stdout.isatty():
+    elif wants_color(sys.stdout):
         render_rich(report, sys.stdout)
     else:
         render_plain(report, sys.stdout)

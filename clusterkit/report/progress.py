@@ -1,20 +1,65 @@
-"""A progress bar on stderr while hosts answer; silent when stderr is not a terminal."""
+"""Progress on stderr while hosts answer: a live bar on a terminal; when stderr is piped (a CI
+log), one line per phase as it finishes, so a long run is never silent until its end."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO
 
 from clusterkit.report.escape import printable
+from clusterkit.report.terminal import is_terminal
+
+
+class PhaseLog:
+    """The piped form: `clusterkit: probe: 31 of 32 hosts ok in 1.2 s (node7: timeout)`."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.name: str | None = None
+        self.total = self.answered = 0
+        self.problems: list[str] = []
+        self.started = 0.0
+
+    def start(self, name: str, total: int) -> None:
+        self.finish()
+        self.name, self.total, self.answered, self.problems = name, total, 0, []
+        self.started = time.monotonic()
+
+    def done(self, host: str, problem: str | None) -> None:
+        self.answered += 1
+        if problem:
+            self.problems.append(f"{host}: {problem}")
+
+    def finish(self) -> None:
+        if self.name is None:
+            return
+        seconds = f"{time.monotonic() - self.started:.1f} s"
+        if self.answered or self.total > 1:  # a per-host phase
+            ok = self.answered - len(self.problems)
+            line = f"clusterkit: {self.name}: {ok} of {self.total} hosts ok in {seconds}"
+        else:  # a stage that acts on the cluster as a whole
+            line = f"clusterkit: {self.name}: finished in {seconds}"
+        if self.problems:
+            shown = "; ".join(self.problems[:3])
+            more = len(self.problems) - 3
+            line += f" ({shown}{f'; +{more} more' if more > 0 else ''})"
+        self.name = None
+        # stderr closed: progress is not worth failing for
+        with contextlib.suppress(OSError, ValueError):
+            print(printable(line), file=self.stream, flush=True)
 
 
 class Progress:
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, log: IO[str] | None = None) -> None:
         self._lock = threading.Lock()
         self._bar = None
         self._task = None
+        self._log = PhaseLog(log) if log is not None and not enabled else None
         if enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -31,6 +76,9 @@ class Progress:
             )
 
     def phase(self, name: str, total: int) -> None:
+        if self._log is not None:
+            with self._lock:
+                self._log.start(name, total)
         if self._bar is None:
             return
         with self._lock:
@@ -39,6 +87,9 @@ class Progress:
             self._task = self._bar.add_task(name, total=total, last="")
 
     def done(self, host: str, problem: str | None = None) -> None:
+        if self._log is not None:
+            with self._lock:
+                self._log.done(host, problem)
         if self._bar is None or self._task is None:
             return
         with self._lock:
@@ -47,14 +98,23 @@ class Progress:
             label = printable(f"{host}: {problem}" if problem else host)
             self._bar.update(self._task, advance=1, last=escape(label[:60]))
 
+    def finish(self) -> None:
+        if self._log is not None:
+            with self._lock:
+                self._log.finish()
+
 
 @contextmanager
 def progress(enabled: bool | None = None) -> Iterator[Progress]:
+    """A live bar when stderr is a terminal, else phase lines on stderr."""
     if enabled is None:
-        enabled = sys.stderr.isatty()
-    bar = Progress(enabled)
-    if bar._bar is None:
-        yield bar
-        return
-    with bar._bar:
-        yield bar
+        enabled = is_terminal(sys.stderr)
+    bar = Progress(enabled, log=sys.stderr)
+    try:
+        if bar._bar is None:
+            yield bar
+        else:
+            with bar._bar:
+                yield bar
+    finally:
+        bar.finish()

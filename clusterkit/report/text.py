@@ -68,6 +68,13 @@ def _by_stage(report: Report) -> list[tuple[str, list[Finding]]]:
     return [(s, [f for f in report.findings if f.stage == s]) for s in stages]
 
 
+def skipped_without_findings(report: Report) -> list[tuple[str, str]]:
+    """Skipped stages with their reasons, except those whose section of findings is printed
+    already (the bench's SKIP finding carries the same reason): each said once."""
+    shown = {f.stage for f in report.findings}
+    return [(s, why) for s, why in report.stages.items() if why != "ran" and s not in shown]
+
+
 def _summary(report: Report) -> str:
     counts = report.counts()
     parts = [
@@ -104,9 +111,8 @@ def render_plain(report: Report, stream: IO[str]) -> None:
                 print(f"  {'':5}  {'':26}  remedy: {printable(f.remedy)}", file=stream)
         for line in report.text_blocks.get(stage, []):
             print(f"  {printable(line)}", file=stream)
-    for stage, why in report.stages.items():
-        if why != "ran":
-            print(f"\n{stage}: skipped: {printable(why)}", file=stream)
+    for stage, why in skipped_without_findings(report):
+        print(f"\n{stage}: skipped: {printable(why)}", file=stream)
     print("\n" + _summary(report), file=stream)
 
 
@@ -145,7 +151,6 @@ def render_rich(report: Report, stream: IO[str]) -> None:
         console.print(table)
         for line in report.text_blocks.get(stage, []):
             console.print("  " + printable(line), markup=False, highlight=False)
-    for stage, why in report.stages.items():
-        if why != "ran":
-            console.print(f"\n[dim]{stage}: skipped: {escape(printable(why))}[/dim]")
+    for stage, why in skipped_without_findings(report):
+        console.print(f"\n[dim]{stage}: skipped: {escape(printable(why))}[/dim]")
     console.print(f"\n[{_VERDICT_STYLE[report.verdict]}]{_summary(report)}[/]")
