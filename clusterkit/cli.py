@@ -558,6 +558,13 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
         help="after SIGTERM, ranks get this long before SIGKILL (default: 5)",
     )
     watch.add_argument(
+        "--node-timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a node silent this long (its heartbeat comes every 5 s) is lost (default: 60)",
+    )
+    watch.add_argument(
         "--time-limit",
         type=_positive_float,
         default=None,

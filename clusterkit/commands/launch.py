@@ -103,6 +103,7 @@ def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
     return SuperviseOptions(
         hang_timeout=args.hang_timeout,
         stop_grace=args.stop_grace,
+        node_timeout=args.node_timeout,
         stacks=args.stacks,
         time_limit=args.time_limit,
         log_dir=log_dir,

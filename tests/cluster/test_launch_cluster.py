@@ -237,3 +237,45 @@ def test_a_saved_passing_report_stands_in_for_the_check(
     assert "more than --max-age 3600" in stale.stderr
     assert "joined" not in stale.stdout
     wait_until_clean(cluster)
+
+
+def test_no_check_launches_without_the_check_and_says_so(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """A blocked port the check would refuse: --no-check neither checks nor refuses."""
+    cluster.nodes[2].iptables("-I", "INPUT", "-p", "tcp", "--dport", "1", "-j", "DROP")
+    done = launch(inventory(cluster, tmp_path), "--no-check", job=("--steps", "1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "launching WITHOUT checking the cluster" in done.stderr
+    assert "(not checked)" in done.stderr and "check passed" not in done.stderr
+    assert "node3/2: done rank=2 sum_of_ranks=3" in done.stdout
+    wait_until_clean(cluster)
+
+
+def test_a_node_that_goes_silent_is_lost_and_the_rest_stopped(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """node3's link goes down mid-job: no heartbeat comes back, it is named lost (exit 3)
+    and the other nodes' ranks are stopped."""
+    argv = launch_argv(
+        inventory(cluster, tmp_path),
+        "--node-timeout", "12",
+        job=("--steps", "100000", "--step-seconds", "0.1"),
+    )  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("node3/2: step "):
+            break
+    node3 = cluster.nodes[2]
+    subprocess.run(["ip", "link", "set", node3.host_veth, "down"], check=True)
+    started = time.monotonic()
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 3, stderr[-2000:]
+    assert "node3 was lost" in stderr
+    assert time.monotonic() - started < 12 + 45  # + stop grace, kill, sweep attempts
+    for node in cluster.nodes[:2]:  # the reachable nodes are clean at once
+        assert [p.command for p in node.processes()] == []
+    # Back on the network, node3 learns its connection is gone and stops its own share.
+    subprocess.run(["ip", "link", "set", node3.host_veth, "up"], check=True)
+    wait_until_clean(cluster, seconds=90)
