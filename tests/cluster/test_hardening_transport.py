@@ -7,10 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from clusterkit.errors import TransportError
+from clusterkit.inventory import load_inventory
+from clusterkit.transport.base import Deadline
+from clusterkit.transport.connect import connect_all
+from clusterkit.transport.endpoint import ConnectOptions
 from tests.support.netcluster import NetCluster
 
 STATIC_ONLY = ["--skip", "network,bench,image"]
@@ -277,3 +285,19 @@ def test_password_login_works_and_the_password_is_never_shown(
     assert done.returncode == 3
     assert errors_by_host(json.loads(done.stdout))[node.name]["found"] == "auth"
     assert wrong not in done.stdout and wrong not in done.stderr
+
+    # That user's login shell is dash, whose kill takes no `--`: an interrupt must still
+    # kill the command's process group there, not leave it to its node-side timeout.
+    connections = connect_all(load_inventory(inventory(password)), ConnectOptions())
+    try:
+        transport = connections.transports[node.name]
+        threading.Timer(1.0, transport.cancel).start()
+        with pytest.raises(TransportError):
+            transport.run(["sleep", "300"], deadline=Deadline.after(120))
+        wait_for(
+            lambda: not any("sleep 300" in p.command for p in node.processes()),
+            3,
+            "the interrupted command outlived the interrupt",
+        )
+    finally:
+        connections.close()
