@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from clusterkit import __version__
+from clusterkit.completion import SHELLS
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
 from clusterkit.status import ExitStatus
@@ -305,21 +306,45 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler="clusterkit.commands.image:run")
     steps = parser.add_subparsers(dest="image_command", metavar="STEP", parser_class=_Parser)
     spec_help = "spec folder or image.yaml (default: every images/*/image.yaml)"
-    lock = steps.add_parser("lock", help="resolve the base digest and hashed requirements")
+    lock = steps.add_parser(
+        "lock",
+        help="resolve the base digest and hashed requirements",
+        description="Resolve the spec's base image to a digest and its Python requirements to "
+        "exact, hashed versions for the image's platform; write image.lock.json beside it.",
+    )
     lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
     lock.add_argument("--check", action="store_true", help="exit 1 when a lock is stale")
     lock.add_argument(
         "--offline", action="store_true", help="take the base digest from the spec's pin"
     )
-    render = steps.add_parser("render", help="generate the Dockerfile and pip files")
+    render = steps.add_parser(
+        "render",
+        help="generate the Dockerfile and pip files",
+        description="Generate the Dockerfile and the hashed requirements file from the spec "
+        "and its lock; --check fails when the committed files differ from what it would write.",
+    )
     render.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
     render.add_argument("--check", action="store_true", help="exit 1 on drift")
-    for name, text in (
-        ("build", "build through the Docker Engine API"),
-        ("push", "push every tag; print and record the digest"),
-        ("verify", "run the image and compare it with the lock"),
+    for name, text, description in (
+        (
+            "build",
+            "build through the Docker Engine API",
+            "Build the rendered Dockerfile through the Docker Engine API with OCI labels and "
+            "the spec-hash tag; an unchanged spec reuses the cached image.",
+        ),
+        (
+            "push",
+            "push every tag; print and record the digest",
+            "Push every tag of the built image to its registry and print the digest, the "
+            "reference that nodes should run (repository@sha256:...).",
+        ),
+        (
+            "verify",
+            "run the image and compare it with the lock",
+            "Run the image once and compare its torch, CUDA, NCCL and Python with the lock.",
+        ),
     ):
-        step = steps.add_parser(name, help=text)
+        step = steps.add_parser(name, help=text, description=description)
         step.add_argument("specs", nargs=1, metavar="SPEC", help="spec folder or image.yaml")
         step.add_argument("--repository", help="override the spec's repository")
         step.add_argument("--quiet", "-q", action="store_true", help="no progress output")
@@ -576,6 +601,78 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler="clusterkit.commands.launch:run", output=None, fix_plan=False)
 
 
+def _add_completion(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print the completion script for your shell; load it from your shell's "
+        "start-up file.",
+    )
+    parser.add_argument("shell", choices=SHELLS, help="bash or zsh")
+    parser.set_defaults(handler="clusterkit.commands.completion:run")
+
+
+# What `--help` of each command ends with: the commands people type most.
+EXAMPLES = {
+    "check": [
+        "clusterkit check                                   # this machine",
+        "clusterkit check inventory.yaml --skip bench       # parity, health and network",
+        "clusterkit check -i hosts.ini -i extra.yml --limit 'gpu[01:04]'",
+        "clusterkit check inventory.yaml --format junit -o report.xml   # for CI",
+        "clusterkit check inventory.yaml --fix-plan         # the provision commands",
+    ],
+    "node-check": [
+        "clusterkit node-check                              # this node, in well under a second",
+        "clusterkit node-check --slurm-drain                # Slurm HealthCheckProgram",
+    ],
+    "bench": [
+        "clusterkit bench inventory.yaml --min-busbw 40",
+        "clusterkit bench inventory.yaml -J result.json     # nccl-tests compatible JSON",
+    ],
+    "launch": [
+        "clusterkit launch inventory.yaml -- train.py --epochs 3",
+        "clusterkit launch inventory.yaml --print -- train.py   # commands and env files",
+    ],
+    "image": [
+        "clusterkit image lock images/cpu-torch && clusterkit image render images/cpu-torch",
+        "clusterkit image build images/cpu-torch && clusterkit image push images/cpu-torch",
+    ],
+    "cost": [
+        "clusterkit cost --nodes 4 --hours 72 --instance p5.48xlarge --region us-east-1",
+        "clusterkit cost --nodes 16 --hours 200 --instance p5.48xlarge --preempt-rate '5-10%' "
+        "--plot cost.png",
+    ],
+    "provision": [
+        "clusterkit provision inventory.yaml --check        # what would change",
+        "clusterkit provision inventory.yaml --tags firewall --limit node4",
+    ],
+    "completion": [
+        'eval "$(clusterkit completion bash)"              # in ~/.bashrc',
+        'eval "$(clusterkit completion zsh)"               # in ~/.zshrc',
+    ],
+}
+
+
+EXAMPLES_HEADING = "examples:\n"
+
+
+class _ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual but prints the examples block line for line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(EXAMPLES_HEADING):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _add_examples(sub: argparse._SubParsersAction) -> None:
+    for name, child in sub.choices.items():
+        lines = EXAMPLES.get(name)
+        if lines:
+            child.epilog = EXAMPLES_HEADING + "\n".join(f"  {line}" for line in lines)
+            child.formatter_class = _ExamplesFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="clusterkit",
@@ -593,8 +690,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_image,
         _add_cost,
         _add_provision,
+        _add_completion,
     ):
         add(sub)
+    _add_examples(sub)
     _add_verbosity(parser)
     return parser
 
