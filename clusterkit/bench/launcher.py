@@ -215,6 +215,7 @@ def node_argv(
     gpus: bool,
     interface: str | None,
     options: BenchOptions,
+    infiniband: bool = False,
 ) -> list[str]:
     """The argv one node runs (the transport quotes it)."""
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{run_dir}/nccl.%h.%p.log"}
@@ -242,6 +243,8 @@ def node_argv(
         if gpus:
             docker += ["--gpus", "all"]
         docker += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1"]
+        if infiniband:  # RDMA devices: without them NCCL falls back to TCP sockets
+            docker += ["--device", "/dev/infiniband"]
         docker += ["-v", f"{run_dir}:{run_dir}"]
         for name, value in env.items():
             docker += ["-e", f"{name}={value}"]
@@ -298,6 +301,9 @@ def launch_bench(
             container=container,
             image=image,
             gpus=gpus,
+            infiniband=bool(
+                ((options.facts.get(host.name) or {}).get("infiniband") or {}).get("devices")
+            ),
             interface=inventory.settings.interface,
             options=options,
         )

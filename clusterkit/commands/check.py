@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from clusterkit.checks import static_findings
+from clusterkit.checks.fabric import fabric_findings
 from clusterkit.checks.job_env import job_env_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
@@ -141,6 +142,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 busy_mib=inventory.settings.gpu_busy_mib,
             )
             findings += job_env_findings(probed.facts, inventory)
+            findings += fabric_findings(probed.facts, inventory.settings.image, inventory.path)
             storage, shared = check_shared_paths(
                 connections.transports, inventory, Deadline.after(SHARED_SECONDS)
             )

@@ -1,0 +1,120 @@
+"""The fabric inside and between nodes: NVLink links and InfiniBand ports, and the container
+toolkit a GPU image needs. Pure functions over the probe's facts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.parity import Facts, parity_finding, section
+from clusterkit.remedy import provision_command
+
+
+def nvlink_value(f: Mapping[str, Any]) -> str | None:
+    """'8 GPUs x 18 links' (active links per GPU, the weakest GPU's), 'none', or None when
+    nvidia-smi did not answer or the node has no GPU."""
+    active = section(f, "nvlink").get("active_links")
+    if not active:
+        return None
+    return f"{len(active)} GPUs x {min(active)} links" if min(active) else "none"
+
+
+def infiniband_value(f: Mapping[str, Any]) -> str | None:
+    """The node's RDMA ports by state and rate, e.g. '4x ACTIVE 400 Gb/s'; None without any."""
+    ports = Counter(
+        (str(port.get("state") or "?").upper(), port.get("rate_gbps"))
+        for device in section(f, "infiniband").get("devices") or []
+        for port in device.get("ports") or []
+    )
+    if not ports:
+        return None
+    return ", ".join(
+        f"{count}x {state} {rate:g} Gb/s" if rate else f"{count}x {state}"
+        for (state, rate), count in sorted(ports.items(), key=lambda item: str(item[0]))
+    )
+
+
+def fabric_findings(facts: Facts, image: str | None, inventory_path: str | None) -> list[Finding]:
+    findings = [
+        parity_finding(
+            "parity.nvlink",
+            "NVLink (active links per GPU)",
+            {h: v for h, f in facts.items() if (v := nvlink_value(f)) is not None},
+        ),
+        parity_finding(
+            "parity.infiniband",
+            "InfiniBand/RoCE ports",
+            {h: v for h, f in facts.items() if (v := infiniband_value(f)) is not None},
+        ),
+        _links_down(facts),
+    ]
+    if image:
+        findings.append(_container_toolkit(facts, inventory_path))
+    return findings
+
+
+def _links_down(facts: Facts) -> Finding:
+    """fabric.nvlink-down: on a node, a GPU with fewer active links than its peers."""
+    down: dict[str, str] = {}
+    checked = []
+    for host, f in facts.items():
+        nvlink = section(f, "nvlink")
+        active = nvlink.get("active_links") or []
+        if not active or not max(active):
+            continue
+        checked.append(host)
+        most = max(active)
+        weak = [
+            f"GPU {gpu.get('index')}: {count} of {most}"
+            for gpu, count in zip(nvlink.get("gpus") or [], active)
+            if count < most
+        ]
+        if weak:
+            down[host] = "active links " + ", ".join(weak)
+    if not checked:
+        return Finding("fabric.nvlink-down", Status.SKIP, "not checked: no node reports NVLink")
+    return over_hosts(
+        "fabric.nvlink-down",
+        down,
+        checked,
+        status=Status.WARN,
+        ok="every GPU of a node has as many active NVLink links as its peers",
+        failed="NVLink links down (traffic takes the remaining links or PCIe: slower "
+        "all-reduce, NCCL may hang on some topologies): "
+        + "; ".join(f"{h}: {why}" for h, why in down.items()),
+        remedy="nvidia-smi nvlink -e for error counters; reset the GPUs or drain the node "
+        "(a reseat or an NVSwitch/fabric manager fault)",
+    )
+
+
+def _container_toolkit(facts: Facts, inventory_path: str | None) -> Finding:
+    """docker.container-toolkit: a GPU node that runs the cluster image needs the NVIDIA
+    container runtime, or `docker run --gpus` fails."""
+    missing: dict[str, str] = {}
+    checked = []
+    for host, f in facts.items():
+        docker = section(f, "docker")
+        if not section(f, "gpus").get("count") or not docker:
+            continue
+        checked.append(host)
+        runtime = docker.get("nvidia_container_runtime") or docker.get("nvidia_ctk")
+        if not docker.get("docker"):
+            missing[host] = "docker not found"
+        elif not runtime and "nvidia" not in (docker.get("runtimes") or []):
+            missing[host] = "no nvidia-container-runtime / nvidia-ctk"
+    if not checked:
+        return Finding(
+            "docker.container-toolkit", Status.SKIP, "not checked: no GPU node reported docker"
+        )
+    return over_hosts(
+        "docker.container-toolkit",
+        missing,
+        checked,
+        ok="the NVIDIA container toolkit is installed on every GPU node",
+        failed="the cluster image cannot get GPUs (docker run --gpus fails): "
+        + "; ".join(f"{h}: {why}" for h, why in missing.items()),
+        remedy=provision_command(inventory_path, "container-toolkit", list(missing))
+        or "install the NVIDIA container toolkit (nvidia-ctk runtime configure)",
+    )

@@ -1,0 +1,112 @@
+"""NVLink and InfiniBand facts across nodes, the container toolkit, and the bench's use of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clusterkit.bench import gate
+from clusterkit.checks.fabric import fabric_findings
+from clusterkit.checks.model import Status
+from clusterkit.probe.collector import parse_nvlink_status
+from tests.unit.test_checks import facts, healthy
+
+SMI = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+
+
+def nvlink_section(links_per_gpu: list[int], total: int = 18) -> dict:
+    """What collect_nvlink returns, built the way the real tool prints it."""
+    lines = []
+    for index, active in enumerate(links_per_gpu):
+        lines.append(f"GPU {index}: NVIDIA H100 80GB HBM3 (UUID: GPU-{index:08d})")
+        lines += [
+            f"\t Link {n}: {'26.562 GB/s' if n < active else '<inactive>'}" for n in range(total)
+        ]
+    gpus = parse_nvlink_status("\n".join(lines) + "\n")
+    active = [sum(1 for speed in gpu["links"] if speed) for gpu in gpus]
+    return {"gpus": gpus, "active_links": active, "present": all(active)}
+
+
+def ib_section(*ports: tuple[str, float]) -> dict:
+    """/sys/class/infiniband shape: state '4: ACTIVE' read as ACTIVE, rate '400 Gb/sec (4X NDR)'."""
+    return {
+        "devices": [
+            {"name": f"mlx5_{i}", "ports": [{"port": "1", "state": state, "rate_gbps": rate,
+                                             "link_layer": "InfiniBand"}]}
+            for i, (state, rate) in enumerate(ports)
+        ]
+    }  # fmt: skip
+
+
+def by_id(hosts: dict, image: str | None = None) -> dict:
+    return {f.id: f for f in fabric_findings(hosts, image, "inv.yaml")}
+
+
+def test_recorded_bridge_pair_reads_as_twelve_links() -> None:
+    gpus = parse_nvlink_status((SMI / "nvlink-status-h100-pcie-x2.txt").read_text())
+    node = facts("healthy-h100")
+    node["nvlink"] = {"gpus": gpus, "active_links": [12, 12], "present": True}
+    found = by_id({"n1": node, "n2": node})
+    assert found["parity.nvlink"].expected == "2 GPUs x 12 links"
+    assert found["fabric.nvlink-down"].status is Status.OK
+
+
+def test_nvlink_parity_and_links_down() -> None:
+    hosts = healthy(3)
+    for f in hosts.values():
+        f["nvlink"] = nvlink_section([18] * 8)
+    hosts["node3"]["nvlink"] = nvlink_section([18, 18, 16, 18, 18, 18, 18, 18])
+    found = by_id(hosts)
+    assert found["parity.nvlink"].found == {"node3": "8 GPUs x 16 links"}
+    down = found["fabric.nvlink-down"]
+    assert (down.status, down.hosts) == (Status.WARN, ["node3"])
+    assert "GPU 2: 16 of 18" in down.message
+
+
+def test_infiniband_parity_names_the_node_with_a_port_down() -> None:
+    hosts = healthy(3)
+    for f in hosts.values():
+        f["infiniband"] = ib_section(*[("ACTIVE", 400.0)] * 4)
+    hosts["node2"]["infiniband"] = ib_section(*[("ACTIVE", 400.0)] * 3, ("DOWN", 10.0))
+    finding = by_id(hosts)["parity.infiniband"]
+    assert finding.expected == "4x ACTIVE 400 Gb/s"
+    assert finding.found == {"node2": "3x ACTIVE 400 Gb/s, 1x DOWN 10 Gb/s"}
+
+
+def test_no_fabric_facts_is_skipped() -> None:
+    found = by_id(healthy(2))
+    assert {found[i].status for i in ("parity.nvlink", "parity.infiniband")} == {Status.SKIP}
+
+
+def test_container_toolkit_only_when_an_image_is_set() -> None:
+    hosts = healthy(2)  # recorded: docker present, no NVIDIA runtime
+    assert "docker.container-toolkit" not in by_id(hosts)
+    finding = by_id(hosts, image="registry.example/train:1")["docker.container-toolkit"]
+    assert finding.status is Status.FAIL and finding.hosts == ["node1", "node2"]
+    assert finding.remedy == (
+        "clusterkit provision inv.yaml --tags container-toolkit --limit node1,node2"
+    )
+    hosts["node2"]["docker"]["runtimes"] = ["nvidia"]
+    assert by_id(hosts, image="x")["docker.container-toolkit"].hosts == ["node1"]
+
+
+def test_bench_default_threshold_sees_nvlink() -> None:
+    hosts = {"n1": facts("healthy-h100")}
+    assert gate.detect_fabric(hosts).nvlink is None  # not reported: unknown
+    hosts["n1"]["nvlink"] = nvlink_section([18] * 8)
+    assert gate.detect_fabric(hosts).nvlink is True
+    hosts["n1"]["nvlink"] = nvlink_section([0] * 8)
+    assert gate.detect_fabric(hosts).nvlink is False
+
+
+def test_bench_container_gets_the_rdma_devices() -> None:
+    from clusterkit.bench.launcher import BenchOptions, node_argv
+    from clusterkit.inventory.model import Host
+
+    def argv(infiniband: bool) -> list[str]:
+        return node_argv(
+            Host("n1", "10.0.0.1"), 0, nodes=2, nproc=8, master="10.0.0.1", port=29500,
+            run_dir="/tmp/x", container="c", image="img", gpus=True, interface=None,
+            options=BenchOptions(), infiniband=infiniband,
+        )  # fmt: skip
+
+    assert "/dev/infiniband" in argv(True) and "/dev/infiniband" not in argv(False)
