@@ -45,7 +45,10 @@ def _stop_signals_like_ctrl_c() -> Iterator[None]:
 
 def _print_error(message: str) -> None:
     """One line on stderr (a stderr that is gone too is not worth a traceback)."""
-    message = message.removeprefix("clusterkit: ").removeprefix("error: ")
+    from clusterkit.report.escape import printable
+
+    # One line, whatever a node or a file put in the message.
+    message = printable(message.removeprefix("clusterkit: ").removeprefix("error: "))
     with suppress(OSError, ValueError):
         print(f"clusterkit: error: {message}", file=sys.stderr)
 

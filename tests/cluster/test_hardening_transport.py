@@ -80,6 +80,26 @@ def test_a_revoked_host_key_is_refused_naming_file_and_line(
         assert report["hosts"]["node1"]["facts"]["hostname"]["hostname"] == "node1"
 
 
+def test_a_cert_authority_line_is_refused_not_ignored(cluster: NetCluster, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    ca_key = forged_key(tmp_path)
+    lines = cluster.known_hosts_path.read_text().splitlines()
+    lines[0] = f"@cert-authority {cluster.nodes[0].address},*.cluster.example {ca_key}"
+    known.write_text("\n".join(lines) + "\n")
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        extra_vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"},
+    )
+    for policy in ((), ("--host-key-policy", "accept-new")):
+        status, report, _ = check_json(inventory, *policy)
+        assert status == 3
+        refused = errors_by_host(report)
+        assert list(refused) == ["node1"] and refused["node1"]["found"] == "hostkey-unsupported"
+        assert f"{known}:1: @cert-authority" in refused["node1"]["message"]
+        assert "not supported" in refused["node1"]["message"]
+    assert known.read_text().count("\n") == len(cluster.nodes)  # accept-new recorded nothing
+
+
 def test_policy_off_still_reports_a_changed_key(cluster: NetCluster, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
     lines = cluster.known_hosts_path.read_text().splitlines()

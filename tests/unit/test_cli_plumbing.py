@@ -134,3 +134,11 @@ def test_provision_stops_ansible_on_sigterm_and_sighup(
     while any(_alive(pid) for pid in pids) and time.monotonic() < give_up:
         time.sleep(0.02)
     assert not any(_alive(pid) for pid in pids), "ansible-playbook outlived clusterkit"
+
+
+def test_an_error_message_is_always_one_line(capsys) -> None:
+    from clusterkit.__main__ import _print_error
+
+    _print_error("node3: probe failed: Traceback\nverdict: PASS\x1b[2J")
+    err = capsys.readouterr().err
+    assert err == "clusterkit: error: node3: probe failed: Traceback\\nverdict: PASS\\x1b[2J\n"
