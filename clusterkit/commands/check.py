@@ -216,6 +216,7 @@ def run_stages(
     if why:
         stages["image"] = why
     else:
+        from clusterkit.image.checks import rdma_findings
         from clusterkit.image.stage import run_image_stage
 
         bar.phase("image", 1)
@@ -227,7 +228,7 @@ def run_stages(
             driver_by_host=drivers,
             workers=args.forks,
         )
-        findings += found
+        findings += found + rdma_findings(details["image"], facts)
         stages["image"] = "ran"
 
     why = skip("bench") or bench_blocker(inventory, findings, facts)

@@ -302,3 +302,41 @@ def image_findings(
     out += _drivers(present, driver_by_host or {})
     out += _runtime(present, multi_node=len(facts_by_host) > 1)
     return out
+
+
+def rdma_findings(
+    image_facts: dict[str, dict[str, Any]], probe_facts: dict[str, dict[str, Any]]
+) -> list[Finding]:
+    """image.infiniband: on nodes with RDMA devices the image must run with /dev/infiniband
+    (`--device /dev/infiniband`, or `--privileged`), or NCCL inside it falls back to TCP."""
+    with_rdma = [
+        host
+        for host, facts in sorted(image_facts.items())
+        if facts.get("present")
+        and ((probe_facts.get(host) or {}).get("infiniband") or {}).get("devices")
+    ]
+    if not with_rdma:
+        return []
+    missing = []
+    for host in with_rdma:
+        args = [str(arg) for arg in image_facts[host].get("run_args") or []]
+        joined = " ".join(args)
+        if "/dev/infiniband" not in joined and "--privileged" not in args:
+            missing.append(host)
+    if not missing:
+        return [
+            _finding(
+                "infiniband", Status.OK, "the image runs with /dev/infiniband", hosts=with_rdma
+            )
+        ]
+    return [
+        _finding(
+            "infiniband",
+            Status.WARN,
+            "RDMA devices on the node but the image's run arguments lack /dev/infiniband "
+            f"(NCCL in the container falls back to TCP sockets): {', '.join(missing)}",
+            hosts=missing,
+            remedy="add --device /dev/infiniband to the image's run arguments "
+            "(runtime.run_args in the image spec, or clusterkit.image_run_args)",
+        )
+    ]

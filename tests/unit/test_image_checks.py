@@ -181,3 +181,15 @@ def test_node_facts_are_not_mutated():
     before = copy.deepcopy(facts)
     image_findings(facts, SETTINGS, DRIVERS)
     assert facts == before
+
+
+def test_rdma_nodes_need_dev_infiniband_in_the_run_arguments():
+    from clusterkit.image.checks import rdma_findings
+
+    ib = {"infiniband": {"devices": [{"name": "mlx5_0", "ports": [{"state": "ACTIVE"}]}]}}
+    probe = {"a": ib, "b": ib, "c": {"infiniband": {"devices": []}}}
+    with_device = node(run_args=[*node()["run_args"], "--device", "/dev/infiniband"])
+    facts = {"a": node(), "b": with_device, "c": node()}
+    (finding,) = rdma_findings(facts, probe)
+    assert (finding.id, finding.status, finding.hosts) == ("image.infiniband", Status.WARN, ["a"])
+    assert rdma_findings({"c": node()}, probe) == []  # no RDMA device: nothing to say
