@@ -219,3 +219,21 @@ def test_shared_path_token_is_read_back_on_every_node_but_one(
     reads = report["details"]["shared_paths"]["reads"]
     assert reads["node1"][str(shared_tmp)]["free_bytes"] > 0
     assert not list(shared_tmp.iterdir())  # the token file was removed again
+
+
+def test_gpus_hidden_by_the_job_environment_fail_the_node(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    node2 = cluster.nodes[1]
+    wrapper = tmp_path / "python-two-gpus"
+    wrapper.write_text(f'#!/bin/sh\nexport CUDA_VISIBLE_DEVICES=0,1\nexec {node_python()} "$@"\n')
+    wrapper.chmod(0o755)
+    inventory = cluster.inventory(
+        tmp_path / "inv.yaml",
+        host_vars={node2.name: {"ansible_python_interpreter": str(wrapper)}},
+    )
+    status, report, _ = check(inventory)
+    assert status == 1
+    visible = finding(report, "gpu.visible", "fail")
+    assert visible["hosts"] == [node2.name]
+    assert "CUDA_VISIBLE_DEVICES exposes 2 of the 8 GPUs" in visible["message"]
