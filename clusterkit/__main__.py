@@ -14,7 +14,7 @@ from clusterkit.status import ExitStatus, interrupted_status, note_stop_signal, 
 # SIGTERM (CI runners, Slurm, Kubernetes) and SIGHUP (a closed terminal) stop a run exactly
 # like Ctrl-C: KeyboardInterrupt unwinds every stage, which kills its remote process groups.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_STOPPED_BY = {
+_STOPPED_BY: dict[int, str] = {
     signal.SIGINT: "interrupted",
     signal.SIGTERM: "terminated (SIGTERM)",
     signal.SIGHUP: "hung up (SIGHUP)",
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`>&-`)
         _print_error("standard output is closed; redirect it, or write the report with -o FILE")
         return int(ExitStatus.USAGE)
-    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)  # type: ignore[assignment]
+    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
         with _stop_signals_like_ctrl_c():
             args = cli.parse(argv)

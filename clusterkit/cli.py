@@ -40,7 +40,7 @@ def _stage_list(text: str) -> frozenset[str]:
 class _AddStages(argparse.Action):
     """`--skip network --skip bench` skips both: each use adds to the set, like a list."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
         setattr(namespace, self.dest, frozenset(getattr(namespace, self.dest) or ()) | values)
 
 

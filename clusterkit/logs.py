@@ -79,11 +79,11 @@ def _thread_exception(args: threading.ExceptHookArgs) -> None:
     thread = args.thread
     name = thread.name if thread is not None else "a thread"
     library = thread is not None and type(thread).__module__.startswith("paramiko")
-    details = (args.exc_type, args.exc_value, args.exc_traceback)
+    error = args.exc_value  # carries its traceback
     if library:
         logging.getLogger("paramiko.transport").debug(
-            "thread %s stopped: %r", name, args.exc_value, exc_info=details
+            "thread %s stopped: %r", name, error, exc_info=error
         )
         return
-    what = str(args.exc_value) or args.exc_type.__name__
-    _log.warning("thread %s stopped: %s", name, what, exc_info=details)
+    what = str(error or "") or args.exc_type.__name__
+    _log.warning("thread %s stopped: %s", name, what, exc_info=error)

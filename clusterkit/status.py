@@ -16,9 +16,11 @@ class ExitStatus(IntEnum):
 
     @classmethod
     def for_signal(cls, signum: int) -> "ExitStatus":
-        return {signal.SIGHUP: cls.HANGUP, signal.SIGTERM: cls.TERMINATED}.get(
-            signum, cls.INTERRUPTED
-        )
+        by_signal: dict[int, ExitStatus] = {
+            signal.SIGHUP: cls.HANGUP,
+            signal.SIGTERM: cls.TERMINATED,
+        }
+        return by_signal.get(signum, cls.INTERRUPTED)
 
 
 # The signal behind the KeyboardInterrupt being handled: Ctrl-C unless a handler noted another

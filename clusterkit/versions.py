@@ -97,7 +97,10 @@ class Constraint:
 
 @cache
 def _table(name: str) -> dict[str, Any]:
-    return json.loads(resources.files("clusterkit.data").joinpath(name).read_text())
+    table: dict[str, Any] = json.loads(
+        resources.files("clusterkit.data").joinpath(name).read_text()
+    )
+    return table
 
 
 @dataclass(frozen=True)

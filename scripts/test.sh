@@ -41,4 +41,6 @@ fi
 "$VENV/bin/python" -m pip check
 
 "$VENV/bin/python" -m ruff check clusterkit tests benchmarks
+"$VENV/bin/python" -m ruff format --check clusterkit tests benchmarks
+"$VENV/bin/python" -m mypy  # files and strictness: [tool.mypy] in pyproject.toml
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -83,8 +83,10 @@ def detect_fabric(facts: Mapping[str, Mapping[str, Any]]) -> Fabric:
         counts.append(int(gpus.get("count") or 0))
         models += [str(d.get("name", "")) for d in gpus.get("devices") or [] if d.get("name")]
         nvlink = host_facts.get("nvlink")  # the probe's `nvidia-smi nvlink --status`
-        usable = isinstance(nvlink, Mapping) and "error" not in nvlink and nvlink.get("gpus")
-        nvlinks.append(nvlink.get("present") if usable else gpus.get("nvlink"))
+        if isinstance(nvlink, Mapping) and "error" not in nvlink and nvlink.get("gpus"):
+            nvlinks.append(nvlink.get("present"))
+        else:
+            nvlinks.append(gpus.get("nvlink"))
         rates: list[float] = []
         for device in (host_facts.get("infiniband") or {}).get("devices") or []:
             for port in device.get("ports") or []:

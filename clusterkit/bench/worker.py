@@ -29,7 +29,10 @@ import time
 FRAME_BEGIN = "\n--clusterkit-begin--\n"  # same markers as clusterkit.framing
 FRAME_END = "\n--clusterkit-end--\n"
 LOG_PREFIX = "clusterkit-bench:"  # stderr lines the launcher reads to attribute failures
-VERSION = "0.1.0"
+try:  # installed (`torchrun -m clusterkit.bench`, and the control side formatting tables)
+    from clusterkit import __version__ as VERSION
+except ImportError:  # this file alone on a node: its own table is not the one users read
+    VERSION = "(worker)"
 
 EXIT_FAILED = 1  # a rank failed or the data came back wrong
 EXIT_USAGE = 2  # bad flags
@@ -273,7 +276,10 @@ def _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_s
     one entry per size (wrong is -1 when not checked)."""
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
     expected = world_size * (world_size + 1) // 2
-    measured = {"out_of_place": ([], []), "in_place": ([], [])}
+    measured: dict[str, tuple[list[float], list[int]]] = {
+        "out_of_place": ([], []),
+        "in_place": ([], []),
+    }
     for size in sizes:
         count = size // elem_bytes
         source = torch.zeros(count, dtype=dtype, device=device)
@@ -553,8 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as error:
         _log(f"error {error.kind}: {error}")
         if frame and (_env_int("LOCAL_RANK") or 0) == 0:
-            payload = {"error": {"kind": str(error.kind), "message": str(error)}}
-            payload["error"]["rank"] = _env_int("RANK")
+            rank = _env_int("RANK")
+            payload = {"error": {"kind": str(error.kind), "message": str(error), "rank": rank}}
             sys.stdout.write(FRAME_BEGIN + json.dumps(payload) + FRAME_END)
             sys.stdout.flush()
         return error.exit_code

@@ -151,7 +151,7 @@ def memory_findings(facts: Facts) -> list[Finding]:
     def total(f: Mapping[str, Any]) -> int | None:  # older probes: the system section's
         return section(f, "memory").get("total_bytes") or section(f, "system").get("memory_bytes")
 
-    totals = {h: round(total(f) / GIB) for h, f in facts.items() if total(f)}
+    totals = {h: round(size / GIB) for h, f in facts.items() if (size := total(f))}
     parity = parity_finding("parity.memory", "host memory (GiB)", totals)
     low: dict[str, str] = {}
     for host, f in facts.items():

@@ -56,7 +56,15 @@ def expectation_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> 
     return findings
 
 
-def _pin(check_id, what, wanted, values, ok, tag, remedy) -> Finding:
+def _pin(
+    check_id: str,
+    what: str,
+    wanted: str,
+    values: Mapping[str, Any],
+    ok: Callable[[Any], bool],
+    tag: str | None,
+    remedy: Remedy,
+) -> Finding:
     bad = {h: v for h, v in values.items() if not ok(v)}
     described = ", ".join(f"{h} has {v if v is not None else 'none'}" for h, v in bad.items())
     return over_hosts(

@@ -49,6 +49,7 @@ def build(args: argparse.Namespace) -> Estimate:
     if nodes is None:
         raise UsageError("no node count: give --nodes N or an inventory")
     hours = _number(values, "hours", required=True, minimum=0, strict=True)
+    assert hours is not None  # required: _number raised a usage error otherwise
     prices, provenance_prices, gpus_from_catalog = _prices(values, warnings)
     rate = _rate(values)
     correlation_origin = "default: independent"

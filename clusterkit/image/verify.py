@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import docker
@@ -25,7 +26,7 @@ def probe_image(api: docker.APIClient, reference: str, timeout: float = 120.0) -
     try:
         api.start(container)
         try:
-            status = api.wait(container, timeout=timeout)
+            status = api.wait(container, timeout=math.ceil(timeout))
         except Exception:  # the engine's wait timed out: the container is killed below
             raise ExternalToolError(
                 f"{reference}: probe did not finish in {timeout:.0f}s"

@@ -34,7 +34,9 @@ def split_terms(limit: str) -> list[str]:
 
 def _split_colons(text: str) -> list[str]:
     """Split on colons that are not inside [...] (subscripts, bracketed addresses)."""
-    parts, current, depth = [], [], 0
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "[":
             depth += 1

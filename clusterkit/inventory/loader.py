@@ -15,7 +15,7 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from clusterkit.errors import InventoryError
@@ -118,7 +118,9 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
 
 def _check_names(host: Host, defined_at: Origin, origins: dict[str, Origin]) -> None:
     """Refuse, as OpenSSH does, names that could reach a shell (Match exec, ProxyCommand)."""
-    checks = [("host name", host.name, None, hostname_problem)]
+    checks: list[tuple[str, str, tuple[str, ...] | None, Callable[[str], str | None]]] = [
+        ("host name", host.name, None, hostname_problem)
+    ]
     if host.address != host.name:
         checks.append(("address", host.address, _ADDRESS_VARS, hostname_problem))
     if host.user is not None:

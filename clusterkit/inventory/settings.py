@@ -15,7 +15,7 @@ import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from clusterkit.bench.worker import DTYPES, parse_size
 from clusterkit.cost.rates import ADVISOR_BUCKETS
@@ -77,7 +77,7 @@ def constraint(value: Any) -> str:
     return written
 
 
-def integer(low: int, high: int) -> Rule:
+def integer(low: int, high: int) -> Callable[[Any], int]:
     def rule(value: Any) -> int:
         number = value if isinstance(value, int) and not isinstance(value, bool) else None
         if isinstance(value, str) and value.strip().isdigit():
@@ -89,7 +89,9 @@ def integer(low: int, high: int) -> Rule:
     return rule
 
 
-def number(*, above: float | None = None, low: float | None = None, unit: str = "") -> Rule:
+def number(
+    *, above: float | None = None, low: float | None = None, unit: str = ""
+) -> Callable[[Any], float]:
     """A finite number, > `above` or >= `low`; quoted numbers are accepted like Ansible does."""
     bound = (
         f"above {above:g}" if above is not None else f"at least {low:g}" if low is not None else ""
@@ -287,7 +289,7 @@ class _Reader:
     def __init__(self, origin: Origin) -> None:
         self.path, self.line = origin
 
-    def fail(self, key: str, problem: str, line: int | None, hint: str | None = None) -> None:
+    def fail(self, key: str, problem: str, line: int | None, hint: str | None = None) -> NoReturn:
         raise InventoryError(self.path, problem, line=line or self.line, key=key, hint=hint)
 
     def mapping(self, key: str, value: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -304,7 +306,7 @@ class _Reader:
                 self.fail(f"{key}.{name}", "unknown key", _key_line(value, name), hint=hint)
         return value
 
-    def values(self, key: str, parent: Mapping[str, Any], rules: dict[str, Rule]) -> dict:
+    def values(self, key: str, parent: Mapping[str, Any], rules: dict[str, Rule]) -> dict[str, Any]:
         """Each key of `parent` that has a value, through its rule."""
         typed: dict[str, Any] = {}
         for name, rule in rules.items():
@@ -345,7 +347,7 @@ def parse_settings(value: Any, origin: Origin) -> ClusterSettings:
     """ClusterSettings from the resolved `clusterkit` variable (None: all defaults)."""
     reader = _Reader(origin)
     top = reader.mapping(VARIABLE, value, TOP_KEYS)
-    sections = {
+    sections: dict[str, Any] = {
         name: reader.section(f"{VARIABLE}.{name}", top.get(name), model, rules)
         for name, (model, rules) in SECTIONS.items()
     }

@@ -16,7 +16,7 @@ from clusterkit.errors import InventoryError
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class LineMap(dict):
+class LineMap(dict[Any, Any]):
     """A YAML mapping that remembers its own line and the line of each key (1-based)."""
 
     __slots__ = ("key_lines", "line")
@@ -67,6 +67,7 @@ class SourceFloat(float):
     """A YAML float that keeps its text: `cuda: 12.10` is version "12.10", not 12.1."""
 
     __slots__ = ("source_text",)
+    source_text: str
 
     def __new__(cls, value: float, source_text: str) -> SourceFloat:
         number = super().__new__(cls, value)
@@ -74,7 +75,7 @@ class SourceFloat(float):
         return number
 
 
-class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _LineLoader(_BaseLoader):  # type: ignore[misc]
     """Safe loader whose mappings are LineMaps; it notes every repeated key and its line."""
 
     def __init__(self, stream: str) -> None:
@@ -119,6 +120,7 @@ def _construct_unsafe(loader: Any, node: yaml.Node) -> Any:
         return UnsafeText(loader.construct_scalar(node))
     if isinstance(node, yaml.SequenceNode):
         return loader.construct_sequence(node, deep=True)
+    assert isinstance(node, yaml.MappingNode)
     return _construct_mapping(loader, node)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 _FAILURE = re.compile(
@@ -116,7 +116,11 @@ def exit_status(failure: Failure) -> int:
 
 
 def node_failures(
-    host: str, torchrun_code: int, agent_text: str, last_lines: dict[int, Sequence[str]], at: float
+    host: str,
+    torchrun_code: int,
+    agent_text: str,
+    last_lines: Mapping[int, Sequence[str]],
+    at: float,
 ) -> list[Failure]:
     """What one node's failed torchrun says about its ranks."""
     exits = torchrun_failures(agent_text)

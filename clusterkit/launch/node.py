@@ -95,8 +95,8 @@ class Runner:
         self.run_dir = spec["run_dir"]
         self.write_lock = threading.Lock()
         self.stop_requested = threading.Event()
-        self.child = None
-        self.py_spy = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.py_spy: str | None = None
         self.grace = float(spec.get("stop_grace", 5.0))
 
     def hurry(self):
@@ -172,7 +172,7 @@ class Runner:
 
     def listen(self):
         """Commands on stdin; its end means the control side is gone: stop the job."""
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        stdin = sys.stdin.buffer
         while True:
             line = stdin.readline()
             if not line:
@@ -211,6 +211,7 @@ class Runner:
 
     def py_spy_dump(self, entry):
         entry["method"] = "py-spy"
+        assert self.py_spy is not None  # chosen only when py-spy was found
         argv = [self.py_spy, "dump", "--pid", str(entry["pid"]), "--json"]
         try:
             done = subprocess.run(
@@ -285,21 +286,23 @@ class Runner:
         except OSError as error:
             self.control({"event": "exit", "code": 127, "error": str(error)})
             return 0
+        child = self.child
+        assert child is not None  # start() made it
         pumps = [
             threading.Thread(target=self.forward, args=(stream,), daemon=True)
-            for stream in (self.child.stdout, self.child.stderr)
+            for stream in (child.stdout, child.stderr)
         ]
         for pump in pumps:
             pump.start()
         threading.Thread(target=self.listen, daemon=True).start()
         threading.Thread(target=self.heartbeat, daemon=True).start()
         stopped = False
-        while self.child.poll() is None:
+        while child.poll() is None:
             if self.stop_requested.wait(0.1):
                 stopped = True
                 self.stop()
                 break
-        code = self.child.wait()
+        code = child.wait()
         for pump in pumps:
             pump.join(2.0)
         leftovers = self.stop(1.0) if self.job_pids() else 0

@@ -404,7 +404,7 @@ def connect_findings(
             who = f" by pid {holder['pid']} ({holder['command']})" if holder.get("pid") else ""
             parts.append(f"{item['role']} {port} is already in use{who}")
             found.append({"port": port, "role": item["role"], "holder": holder or None})
-        ports = ", ".join(str(port) for port in sorted(in_use))
+        held = ", ".join(str(port) for port in sorted(in_use))
         findings.append(
             finding(
                 "net.rendezvous-port-in-use",
@@ -412,7 +412,7 @@ def connect_findings(
                 f"{master}: " + "; ".join(parts) + "; a previous job may still be running",
                 hosts=[master],
                 found=found,
-                remedy=f"stop the process holding {ports} on {master} or choose another port "
+                remedy=f"stop the process holding {held} on {master} or choose another port "
                 "(clusterkit.master_port / clusterkit.rdzv_port)",
             )
         )

@@ -264,7 +264,7 @@ def _range_test(value: str, attribute: str):
 
     def test(packet: Packet) -> bool:
         address = ipaddress.ip_address(getattr(packet, attribute))
-        return address.version == first.version and first <= address <= last
+        return address.version == first.version and int(first) <= int(address) <= int(last)
 
     return test
 

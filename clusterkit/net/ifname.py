@@ -98,12 +98,10 @@ def choose_interface(
     with_address = [item for item in interfaces if primary_address(item)[0]]
     if setting:
         source, spec, pool = "clusterkit.interface", setting, parse_nccl_ifname(setting)
-    elif env.get("NCCL_SOCKET_IFNAME"):
-        source, spec = "NCCL_SOCKET_IFNAME", env["NCCL_SOCKET_IFNAME"]
-        pool = parse_nccl_ifname(spec)
-    elif env.get("GLOO_SOCKET_IFNAME"):
-        source, spec = "GLOO_SOCKET_IFNAME", env["GLOO_SOCKET_IFNAME"]
-        pool = parse_gloo_ifname(spec)
+    elif nccl := env.get("NCCL_SOCKET_IFNAME"):
+        source, spec, pool = "NCCL_SOCKET_IFNAME", nccl, parse_nccl_ifname(nccl)
+    elif gloo := env.get("GLOO_SOCKET_IFNAME"):
+        source, spec, pool = "GLOO_SOCKET_IFNAME", gloo, parse_gloo_ifname(gloo)
     else:
         return _default_choice(with_address, master_address)
     for item in with_address:

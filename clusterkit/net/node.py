@@ -52,9 +52,8 @@ SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 def emit(payload):
     data = json.dumps(payload, separators=(",", ":"), default=str).encode()
-    out = getattr(sys.stdout, "buffer", sys.stdout)
-    out.write(BEGIN + data + END)
-    out.flush()
+    sys.stdout.buffer.write(BEGIN + data + END)
+    sys.stdout.buffer.flush()
 
 
 def find_tool(name):
@@ -349,7 +348,7 @@ class Listener:
     def __init__(self, port, role, name):
         self.port, self.role, self.name = port, role, name
         self.seen = set()
-        self.sock = None
+        self.sock: socket.socket | None = None
         self.state = "ok"
         self.error = None
         self.holder = None
@@ -393,7 +392,7 @@ class Listener:
             return
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
-        peers = {}  # fd -> Peer
+        peers: dict[int, Peer] = {}  # fd -> Peer
 
         def drop(fd):
             poller.unregister(fd)
@@ -421,6 +420,8 @@ class Listener:
                 peer.conn.close()
 
     def _accept(self):
+        if self.sock is None:
+            return None
         try:
             conn, _address = self.sock.accept()
         except OSError:
@@ -497,7 +498,7 @@ def connect_once(target, source, timeout, name):
         except socket.timeout:
             return "timeout", "no answer within %.1fs" % timeout
         except OSError as error:
-            kind = CONNECT_ERRORS.get(error.errno, "error")
+            kind = CONNECT_ERRORS.get(error.errno or 0, "error")
             return kind, error.strerror or str(error)
         try:
             sock.sendall(HANDSHAKE + b" " + name.encode() + b"\n")
@@ -569,7 +570,7 @@ class Mesh:
         window_end = started + window
         self.hold_end = window_end + float(plan.get("hold", 3.0))
         targets = plan.get("targets", [])
-        results = [None] * len(targets)
+        results: list[dict | None] = [None] * len(targets)
         todo = enumerate(targets)
         todo_lock = threading.Lock()
         source = plan.get("source")
@@ -577,9 +578,10 @@ class Mesh:
         def work():
             while True:
                 with todo_lock:
-                    index, target = next(todo, (None, None))
-                if target is None:
+                    item = next(todo, None)
+                if item is None:
                     return
+                index, target = item
                 budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
                 results[index] = probe_target(target, source, self.name, budget)
 

@@ -74,7 +74,7 @@ class ToolError(Exception):
 
 # Tools run in process groups of their own (so a timeout kills a tool's children too); when
 # the probe itself is told to stop, it must take them down with it.
-_children = set()
+_children = set()  # type: set[int]
 _children_lock = threading.Lock()
 _stopping = False
 
@@ -307,7 +307,7 @@ NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: (\S+)\))?\s*$")
 def parse_nvlink_status(text):
     """`nvidia-smi nvlink --status`: per GPU, its links as GB/s (None when `<inactive>`).
     A GPU without NVLink lists no link."""
-    gpus = []
+    gpus = []  # type: list[dict]
     for line in text.splitlines():
         gpu = NVLINK_GPU.match(line)
         if gpu:
@@ -399,7 +399,7 @@ def _torch_files():
     if spec is None or not spec.origin:
         return None
     text = read(os.path.join(os.path.dirname(spec.origin), "version.py")) or ""
-    facts = {"path": os.path.dirname(spec.origin)}
+    facts = {"path": os.path.dirname(spec.origin)}  # type: dict[str, str | None]
     for key, name in (("version", "__version__"), ("cuda", "cuda"), ("hip", "hip")):
         match = re.search(r"^%s\s*(?::\s*[^=]+)?=\s*(.+)$" % re.escape(name), text, re.M)
         value = match.group(1).strip() if match else None
@@ -413,7 +413,7 @@ NCCL_WHEEL = re.compile(r"^nvidia[-_]nccl(?:[-_](cu\d+))?-([^-]+)\.dist-info$", 
 def _nccl_wheel(folders):
     """The nvidia-nccl-cuXX wheel's version, from its dist-info folder name (importlib.metadata
     would cost more to import than the whole rest of the probe)."""
-    found = {}
+    found = {}  # type: dict[str, str]
     for folder in folders:
         try:
             names = os.listdir(folder)
@@ -550,7 +550,7 @@ class _Timex(ctypes.Structure):
 
 def collect_clock(options):
     """The kernel's own view (adjtimex: TIME_ERROR = unsynchronised), then chrony's offset."""
-    facts = {"synchronized": None, "source": None, "offset_seconds": None}
+    facts = {"synchronized": None, "source": None, "offset_seconds": None}  # type: dict[str, object]
     try:
         # The interpreter links libc: its own handle has adjtimex, no library search needed.
         libc = ctypes.CDLL(None, use_errno=True)
@@ -569,7 +569,7 @@ def collect_clock(options):
             facts["offset_seconds"] = sign * float(match.group(1))
         facts["source"] = "chronyc"
         leap = re.search(r"Leap status\s*:\s*(.+)", text)
-        facts["synchronized"] = bool(leap) and leap.group(1).strip() == "Normal"
+        facts["synchronized"] = leap is not None and leap.group(1).strip() == "Normal"
     except ToolError:
         pass
     return facts

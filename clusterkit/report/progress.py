@@ -9,7 +9,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 from clusterkit.report.escape import printable
 from clusterkit.report.terminal import is_terminal
@@ -58,7 +61,7 @@ class Progress:
     def __init__(self, enabled: bool, log: IO[str] | None = None) -> None:
         self._lock = threading.Lock()
         self._bar = None
-        self._task = None
+        self._task: TaskID | None = None
         self._log = PhaseLog(log) if log is not None and not enabled else None
         if enabled:
             from rich.console import Console

@@ -24,8 +24,8 @@ NODE = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 CHUNK = 600  # raw bytes per line: a framed line stays under Slurm's 1024-byte I/O message
 KILL_GRACE = 2.0
 _lock = threading.Lock()
-_commands = {}
-_blobs = {}
+_commands = {}  # type: dict[str, list]  # cid -> [process, stdin queue, killed]
+_blobs = {}  # type: dict[str, bytes]
 
 
 def emit(*words):
@@ -126,8 +126,9 @@ def main():
         kind, cid = words[0], words[2]
         if kind == "C":
             spec = json.loads(base64.b64decode(words[3]))
-            _commands[cid] = entry = [None, queue.Queue(), False]  # process, stdin, killed
-            threading.Thread(target=run, args=(cid, spec, entry), daemon=True).start()
+            started = [None, queue.Queue(), False]  # type: list  # process, stdin, killed
+            _commands[cid] = started
+            threading.Thread(target=run, args=(cid, spec, started), daemon=True).start()
             continue
         entry = _commands.get(cid)
         if entry is None:

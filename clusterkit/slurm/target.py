@@ -113,7 +113,9 @@ def slurm_target(
 def _inside(names: list[str], env: Mapping[str, str]) -> bool:
     """Whether every node is in this process's own allocation (steps can run there)."""
     nodelist = env.get("SLURM_JOB_NODELIST")
-    return bool(nodelist) and set(names) <= set(expand_hostlist(nodelist, env))
+    if not nodelist:
+        return False
+    return set(names) <= set(expand_hostlist(nodelist, env))
 
 
 def _hosts_from_inventory(inventory: Inventory, names: list[str], source: str) -> list[Host]:

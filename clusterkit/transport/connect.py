@@ -64,8 +64,8 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
             sock = _tunnel(hops[-1], hop, _next(endpoint, hop), deadline)
         client = open_client(endpoint, _verifier(endpoint), deadline, sock)
     except BaseException:
-        for hop in reversed(hops):
-            hop.close()
+        for opened in reversed(hops):
+            opened.close()
         if isinstance(sock, paramiko.ProxyCommand):
             sock.close()  # kills the command: nothing outlives a failed connect
         raise

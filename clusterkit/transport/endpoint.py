@@ -13,8 +13,10 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -60,10 +62,13 @@ class _SSHConfig(paramiko.SSHConfig):
     """paramiko's parser, leaving ProxyCommand's tokens for us: paramiko would fill %p and %r
     from the config file alone, while the inventory's port and user win, as in OpenSSH."""
 
-    def _tokenize(self, config, target_hostname, key, value):  # type: ignore[no-untyped-def]
+    def _tokenize(self, config: dict[str, Any], target_hostname: str, key: str, value: str) -> str:
         if key == "proxycommand":
             return value
-        return super()._tokenize(config, target_hostname, key, value)
+        tokenized: str = super()._tokenize(  # type: ignore[misc]  # not in paramiko's stub
+            config, target_hostname, key, value
+        )
+        return tokenized
 
 
 def load_ssh_config(path: str | None) -> paramiko.SSHConfig:
@@ -115,15 +120,15 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
     known = tuple(dict.fromkeys(files))  # the first is where accept-new records keys
     timeout = options.connect_timeout or host.ssh_timeout or _float(entry.get("connecttimeout"))
     keys = (host.key_file,) if host.key_file else tuple(entry.get("identityfile", ()))
-    proxy = host.proxy_jump or entry.get("proxyjump")
+    jump_spec = host.proxy_jump or entry.get("proxyjump")
     jumps: tuple[Endpoint, ...] = ()
-    if proxy and proxy.lower() != "none":
+    if jump_spec and jump_spec.lower() != "none":
         jumps = tuple(
             _jump_endpoint(host.name, hop.strip(), options, config, policy, known, timeout)
-            for hop in proxy.split(",")
+            for hop in jump_spec.split(",")
         )
     address = entry.get("hostname", host.address)
-    port = int(host.port or entry.get("port", 22))
+    port = int(host.port or entry.get("port") or 22)
     user = host.user or entry.get("user") or getpass.getuser()
     command = host.proxy_command or entry.get("proxycommand")
     proxy: tuple[str, ...] = ()
@@ -161,7 +166,7 @@ def _jump_endpoint(
     return Endpoint(
         host=f"{name} (via {spec})",
         address=entry.get("hostname", address),
-        port=int(port or entry.get("port", 22)),
+        port=int(port or entry.get("port") or 22),
         user=user or entry.get("user") or getpass.getuser(),
         key_files=tuple(os.path.expanduser(k) for k in entry.get("identityfile", ())),
         policy=policy,
@@ -170,7 +175,7 @@ def _jump_endpoint(
     )
 
 
-def _check_name(host: str, value: str, problem_of) -> None:  # type: ignore[no-untyped-def]
+def _check_name(host: str, value: str, problem_of: Callable[[str], str | None]) -> None:
     """The last guard before a name reaches ssh_config (Match exec) or a ProxyCommand."""
     problem = problem_of(value)
     if problem:

@@ -122,7 +122,7 @@ class _ConnectAttempt:
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
-        self.sock: socket.socket | paramiko.Channel | None = None
+        self.sock: socket.socket | paramiko.Channel | paramiko.ProxyCommand | None = None
         register_cancellable(self)
 
     def cancel(self) -> None:
@@ -164,7 +164,7 @@ def open_client(
     endpoint: Endpoint,
     verifier: HostKeyVerifier,
     deadline: Deadline,
-    sock: socket.socket | paramiko.Channel | None = None,
+    sock: socket.socket | paramiko.Channel | paramiko.ProxyCommand | None = None,
 ) -> paramiko.SSHClient:
     """Connect and authenticate, never past the deadline: a watchdog closes the socket if
     the server accepts TCP and then stalls in any phase paramiko does not time itself."""
@@ -194,7 +194,7 @@ def open_client(
             hostname=endpoint.address,
             port=endpoint.port,
             username=endpoint.user,
-            key_filename=keys,
+            key_filename=keys,  # type: ignore[arg-type]  # a list works; the stub says str
             look_for_keys=keys is None,
             allow_agent=keys is None,
             password=endpoint.password,  # tried after the keys, as ssh does with sshpass

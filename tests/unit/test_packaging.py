@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -56,3 +57,16 @@ def test_installed_wheel_finds_its_own_playbooks(wheel: Path, tmp_path: Path) ->
         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert Path(done.stdout.strip()) == tmp_path / "clusterkit" / "playbooks" / "site.yml"
+
+
+def test_the_wheel_takes_its_version_from_the_package(wheel: Path) -> None:
+    """One place: clusterkit/__init__.py; pyproject reads it, the wheel's metadata carries it."""
+    from clusterkit import __version__
+    from clusterkit.bench import worker
+
+    metadata = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("/METADATA"))
+    text = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert f"\nVersion: {__version__}\n" in text
+    assert wheel.name.startswith(f"clusterkit-{__version__}-")
+    assert __version__ == worker.VERSION
+    assert not re.search(r"^version\s*=\s*\"", (REPO / "pyproject.toml").read_text(), re.M)
