@@ -282,11 +282,14 @@ def test_summary_matches_recorded_r610_output(tmp_path: Path) -> None:
            "memory.total": 24576, "utilization.gpu": 11, "compute_mode": "Default",
            "mig.mode.current": "[N/A]"}  # fmt: skip
     state = {"driver": "610.57.04", "cuda": "13.3", "banner": "r610", "gpus": [gpu]}
-    got = fake_smi(state, tmp_path=tmp_path).stdout.splitlines()
+    idle = fake_smi(state, tmp_path=tmp_path).stdout.splitlines()
     want = (FIXTURES / "r610-610.57.04-rtx3090.txt").read_text().splitlines()
-    # Everything but the clock and the process row (the stand-in never has processes).
-    assert got[1:-2] == want[1:-2]
-    assert got[-2].startswith("|  No running processes found") and len(got[-2]) == 91
+    assert idle[1:-2] == want[1:-2]
+    assert idle[-2].startswith("|  No running processes found") and len(idle[-2]) == 91
+    # The recorded node runs llama-server: with that process, everything but the clock.
+    state["processes"] = [{"gpu": 0, "pid": 2905, "used_memory": 20090,
+                           "name": "/home/me/llama.cpp/build-cuda/bin/llama-server"}]  # fmt: skip
+    assert fake_smi(state, tmp_path=tmp_path).stdout.splitlines()[1:] == want[1:]
 
 
 def test_query_gpu_csv_formats(tmp_path: Path) -> None:

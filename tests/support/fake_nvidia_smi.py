@@ -9,7 +9,7 @@ State: {"mode": "normal"|"hang"|"fail"|"mismatch", "banner": "classic"|"r610",
 "driver": "550.54.15", "cuda": "12.4", "gpus": [{<query field name>: value, ...}, ...],
 "processes": [{"gpu": index, "pid": 4242, "name": "python", "used_memory": MiB}, ...]}.
 A GPU's "nvlink" entry lists its links' speeds in GB/s (null: `<inactive>`); without one the
-GPU has no NVLink. (The summary's process table stays empty: only the query lists processes.)
+GPU has no NVLink. Processes appear in the summary's process table and in the query.
 GPU values are raw numbers or strings; units are added here as nvidia-smi adds them. A value
 written as "[Not Supported]" or "[N/A]" is printed verbatim; a field the GPU lacks prints "[N/A]".
 
@@ -357,10 +357,31 @@ def summary(state: dict, gpus: list) -> int:
     lines.append(PROCESS_HEADER_R610 if r610 else PROCESS_HEADER_CLASSIC)
     lines.append("|        ID   ID".ljust(79) + "Usage      |")
     lines.append("|" + "=" * 89 + "|")
-    lines.append("|  No running processes found".ljust(90) + "|")
+    rows = process_rows(state, gpus, r610)
+    lines.extend(rows or ["|  No running processes found".ljust(90) + "|"])
     lines.append(WIDE_RULE)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def process_rows(state: dict, gpus: list, r610: bool) -> list:
+    """Rows of the summary's process table; R580+ widened the PID column by six characters
+    and narrowed the name, which is cut from the left behind "..." when too long."""
+    pid_width, name_width = (15, 32) if r610 else (9, 38)
+    shown = {gpu.get("index") for gpu in gpus}
+    rows = []
+    for app in state.get("processes", []):
+        if app.get("gpu") not in shown:
+            continue
+        name = str(app.get("name", ""))
+        if len(name) > name_width:
+            name = "..." + name[-(name_width - 3) :]
+        memory = "%sMiB" % app.get("used_memory")
+        rows.append(
+            "|%5s   N/A  N/A %*s %6s   %-*s %13s |"
+            % (app.get("gpu"), pid_width, app.get("pid"), "C", name_width, name, memory)
+        )
+    return rows
 
 
 def option_value(args: list, position: int, name: str) -> tuple:

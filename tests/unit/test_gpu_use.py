@@ -234,3 +234,23 @@ def test_memory_parity_in_whole_gib_and_low_available_memory() -> None:
     findings = run(hosts)
     assert findings["parity.memory"].found == {"node3": 1007}
     assert findings["host.memory-free"].found == {"node3": "50.0 of 1007 GiB available"}
+
+
+def test_stand_in_summary_lists_processes_in_the_driver_550_layout() -> None:
+    """Rows of a real driver-550 summary (public captures: graphics processes, type G; the
+    stand-in's processes are compute, type C), the long name cut from the left."""
+    from tests.support.fake_nvidia_smi import process_rows
+
+    recorded = [
+        "|    0   N/A  N/A    121585      G   ...sion,SpareRendererForSitePerProcess"
+        "        103MiB |",
+        "|    0   N/A  N/A      2659      G   /usr/lib/xorg/Xorg"
+        "                             85MiB |",
+    ]
+    state = {"processes": [
+        {"gpu": 0, "pid": 121585, "used_memory": 103,
+         "name": "/opt/chrome --disable=Extension,SpareRendererForSitePerProcess"},
+        {"gpu": 0, "pid": 2659, "used_memory": 85, "name": "/usr/lib/xorg/Xorg"},
+    ]}  # fmt: skip
+    rows = process_rows(state, [{"index": 0}], r610=False)
+    assert rows == [row.replace("      G   ", "      C   ") for row in recorded]
