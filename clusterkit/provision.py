@@ -101,15 +101,35 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             continue
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _release_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
 def run_playbook(argv: Sequence[str], timeout: float, cwd: Path | None = None) -> int:
     """Run ansible-playbook with its output on our stdout/stderr; its exit code.
 
     It gets its own process group: Ctrl-C or the deadline stop it and every ssh it started.
     """
-    process = subprocess.Popen(
-        list(argv), cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    # A stop signal (Ctrl-C, SIGTERM, SIGHUP) landing inside Popen() would unwind before we
+    # hold the child, and leave it running: hold those signals back until we do. The child
+    # gets them back before it starts ansible-playbook.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
+        process = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_release_stop_signals,
+        )
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile lands here
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _stop(process)
