@@ -52,12 +52,6 @@ class _HostVars:
 
     def __init__(self, host: str, values: Mapping[str, Any], origins: Mapping[str, Origin]):
         self.host, self.values, self.origins = host, values, origins
-        self.context = {
-            "ansible_playbook_python": sys.executable,
-            **values,
-            "inventory_hostname": host,
-            "inventory_hostname_short": host.split(".", 1)[0],
-        }
 
     def fail(self, var: str, problem: str, hint: str | None = None) -> InventoryError:
         path, line = self.origins.get(var, ("<inventory>", None))
@@ -82,8 +76,16 @@ class _HostVars:
             raise HostProblem(var, f"{var} is vault-encrypted; only Ansible can decrypt it")
         if isinstance(value, UnsafeText):
             return value  # !unsafe: never a template
+        if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+            return value  # the common case: no template, no need for the render context
+        context = {
+            "ansible_playbook_python": sys.executable,
+            **self.values,
+            "inventory_hostname": self.host,
+            "inventory_hostname_short": self.host.split(".", 1)[0],
+        }
         try:
-            return render(value, self.context)
+            return render(value, context)
         except TemplateError as exc:
             raise HostProblem(var, f"{var} cannot be rendered: {exc}") from None
 

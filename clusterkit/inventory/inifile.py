@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from clusterkit.inventory.graph import GraphBuilder
 from clusterkit.inventory.hostpatterns import HostPatternError, expand_host_key
+from clusterkit.inventory.yamlfile import UnsafeText
 
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_NAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
@@ -50,13 +51,14 @@ def ini_value(text: str) -> Any:
 
 def _plain(value: Any) -> Any:
     """What Ansible keeps of a literal: tuples and sets become lists, bytes become text, and
-    types a variable cannot hold (complex, Ellipsis) become their text."""
+    types a variable cannot hold (complex, Ellipsis) become their text; bytes become text that
+    is never a template (Ansible lists it as unsafe)."""
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(item) for item in value]
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+    if isinstance(value, bytes):  # Ansible keeps it as text it never templates
+        return UnsafeText(value.decode("utf-8", errors="replace"))
     if value is Ellipsis:
         return "..."
     if isinstance(value, complex):

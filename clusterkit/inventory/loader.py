@@ -118,6 +118,13 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
 
 def _check_names(host: Host, defined_at: Origin, origins: dict[str, Origin]) -> None:
     """Refuse, as OpenSSH does, names that could reach a shell (Match exec, ProxyCommand)."""
+    if (
+        not host.proxy_jump
+        and hostname_problem(host.name) is None
+        and hostname_problem(host.address) is None
+        and (host.user is None or username_problem(host.user) is None)
+    ):
+        return  # the common case: nothing to point at
     checks: list[tuple[str, str, tuple[str, ...] | None, Callable[[str], str | None]]] = [
         ("host name", host.name, None, hostname_problem)
     ]

@@ -22,6 +22,7 @@ from typing import Any
 from clusterkit.errors import InventoryError
 from clusterkit.inventory.graph import GraphBuilder
 from clusterkit.inventory.sources import NeedsAnsible
+from clusterkit.inventory.yamlfile import UnsafeText, VaultValue
 
 TIMEOUT_VARIABLE = "CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
@@ -67,6 +68,7 @@ def list_with_ansible(sources: Sequence[str], needs: NeedsAnsible) -> dict[str, 
     env = dict(
         os.environ,
         ANSIBLE_INVENTORY_UNPARSED_FAILED="True",
+        ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="True",  # a broken source is an error here too
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORCE_COLOR="0",
     )
@@ -126,6 +128,20 @@ def warnings_of(stderr: str) -> list[str]:
     return [" ".join(line.split()) for line in stderr.splitlines() if "[WARNING]" in line]
 
 
+def _tagged(value: Any) -> Any:
+    """Ansible's JSON tags back into values: `{"__ansible_unsafe": text}` is text never
+    templated, `{"__ansible_vault": ciphertext}` an encrypted value."""
+    if isinstance(value, dict):
+        if len(value) == 1 and "__ansible_unsafe" in value:
+            return UnsafeText(str(value["__ansible_unsafe"]))
+        if len(value) == 1 and "__ansible_vault" in value:
+            return VaultValue(str(value["__ansible_vault"]))
+        return {key: _tagged(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_tagged(item) for item in value]
+    return value
+
+
 def add_listing(builder: GraphBuilder, listing: Mapping[str, Any]) -> None:
     """Add the groups and hosts of an `ansible-inventory --list` listing to the graph; each
     host's variables are Ansible's resolved ones."""
@@ -143,7 +159,7 @@ def add_listing(builder: GraphBuilder, listing: Mapping[str, Any]) -> None:
         for host in entry.get("hosts") or ():
             node = builder.add_host(group, str(host), None, None)
             for key, value in (hostvars.get(host) or {}).items():
-                node.vars.set(key, value, (builder.path, None))
+                node.vars.set(key, _tagged(value), (builder.path, None))
         for child in entry.get("children") or ():
             builder.add_group(str(child))
             builder.add_child(group, str(child), None)
