@@ -131,6 +131,10 @@ class _ConnectAttempt:
             self.sock.close()
 
 
+def _interrupted(host: str) -> TransportError:
+    return TransportError(host, "interrupted", "interrupted while connecting")
+
+
 def _connect_tcp(address: str, port: int, deadline: Deadline, attempt: _ConnectAttempt):
     """socket.create_connection that an interrupt can abort (a dropped SYN otherwise holds
     the thread, and so the exit, until the connect deadline)."""
@@ -173,11 +177,9 @@ def open_client(
     if sock is None:
         try:
             sock = _connect_tcp(endpoint.address, endpoint.port, deadline, attempt)
-        except InterruptedError:
-            raise TransportError(
-                endpoint.host, "interrupted", "interrupted while connecting"
-            ) from None
         except OSError as error:
+            if isinstance(error, InterruptedError) or attempt.cancelled.is_set():
+                raise _interrupted(endpoint.host) from None
             raise _classify(endpoint.host, where, error, deadline) from None
     attempt.sock = sock
     if attempt.cancelled.is_set():
@@ -208,6 +210,8 @@ def open_client(
         client.close()
         if isinstance(error, KeyboardInterrupt):
             raise
+        if attempt.cancelled.is_set():  # its socket was closed under it: not the host's fault
+            raise _interrupted(endpoint.host) from None
         raise _classify(endpoint.host, where, error, deadline) from None
     finally:
         watchdog.cancel()
