@@ -7,23 +7,20 @@ import os
 import time
 from dataclasses import replace
 
-from clusterkit.bench.launcher import BenchOptions, BenchOutcome, launch_bench
+from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.nccltests import write_json
 from clusterkit.bench.worker import DTYPES, parse_size
-from clusterkit.checks.model import Finding, Status
-from clusterkit.commands.check import (
-    connect_options,
-    connection_findings,
-    host_entries,
-    load_target,
-)
+from clusterkit.commands.common import connect_options, load_target
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
-from clusterkit.probe.runner import probe_all
-from clusterkit.report import Report, emit
+from clusterkit.report import emit
+from clusterkit.stages import Session, build_report, run_stages
+from clusterkit.stages.bench import BenchStage
+from clusterkit.stages.connect import ConnectStage
+from clusterkit.stages.probe import ProbeStage
+from clusterkit.stages.session import SessionOptions
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
-from clusterkit.transport.connect import connect_all
 
 PROBE_SECONDS = 30.0
 
@@ -77,84 +74,27 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
     return replace(options, join_timeout=min(options.join_timeout, bench_timeout(args, settings)))
 
 
-def bench_details(outcome: BenchOutcome) -> dict:
-    """The bench section of the JSON report: the result, and what each node printed."""
-    return {
-        "run_id": outcome.run_id,
-        "seconds": round(outcome.duration, 3),
-        "result": outcome.result,
-        "nodes": [
-            {
-                "host": node.host,
-                "node_rank": node.node_rank,
-                "exit_code": node.result.exit_code if node.result else None,
-                "timed_out": bool(node.result and node.result.timed_out),
-                "killed_by_clusterkit": node.killed,
-                "transport_error": node.error.detail if node.error else None,
-                "stdout_tail": node.stdout[-4000:],
-                "stderr_tail": node.stderr[-8000:],
-            }
-            for node in outcome.nodes
-        ],
-    }
-
-
-def not_run_after_probe(hosts: list[str]) -> BenchOutcome:
-    """A node whose probe hung or failed would stall the bench as well, and the ranks left
-    waiting for it would be blamed: the bench is not started, and the node is named."""
-    finding = Finding(
-        "bench.not-joined",
-        Status.SKIP,
-        f"not run: the probe did not complete on {', '.join(hosts)}; those nodes would stall "
-        "the rendezvous",
-        hosts=hosts,
-        stage="bench",
-    )
-    return BenchOutcome([finding], None, "", [], "", 0.0)
-
-
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
     inventory = load_target(args)
     settings = inventory.settings.bench
     deadline = Deadline.after(bench_timeout(args, settings))
     bench_options(args, settings, {})  # usage errors before any connection
-    findings: list[Finding] = []
-    connections = connect_all(inventory, connect_options(args))
-    outcome: BenchOutcome | None = None
+    session = Session(inventory, deadline, SessionOptions(forks=args.forks))
+    stages = [
+        ConnectStage(connect_options(args)),
+        ProbeStage(PROBE_SECONDS),
+        # No preflight: the stage itself refuses a partial world or a node whose probe
+        # failed, and says so.
+        BenchStage(lambda session: bench_options(args, settings, session.facts), preflight=False),
+    ]
     try:
-        findings += connection_findings(inventory, connections)
-        probed = probe_all(
-            connections.transports,
-            inventory,
-            Deadline.after(min(PROBE_SECONDS, deadline.remaining())),
-            workers=args.forks,
-        )
-        findings += [
-            Finding("probe.ran", Status.ERROR, f"{host}: {why}", hosts=[host], stage="probe")
-            for host, why in probed.failures.items()
-        ]
-        options = bench_options(args, settings, probed.facts)
-        if probed.failures:
-            outcome = not_run_after_probe(list(probed.failures))
-        else:
-            outcome = launch_bench(connections.transports, inventory, options, deadline)
-        findings += outcome.findings
+        run_stages(session, stages)
     finally:
-        connections.close()
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    if args.result_json and outcome.result:
-        write_json(outcome.result, args.result_json)
-    report = Report(
-        command="bench",
-        inventory=inventory.path,
-        findings=findings,
-        hosts=host_entries(inventory, connections, probed.facts, probed.failures),
-        stages={"bench": "ran" if outcome.nodes else "not run"},
-        details={"bench": bench_details(outcome)},
-        text_blocks={"bench": outcome.table.splitlines()} if outcome.table else {},
-        seconds=time.monotonic() - started,
-    )
+        session.close()
+    result = (session.details.get("bench") or {}).get("result")
+    if args.result_json and result:
+        write_json(result, args.result_json)
+    report = build_report(session, "bench", seconds=time.monotonic() - started)
     emit(report, args.format, args.output)
     return report.exit_status

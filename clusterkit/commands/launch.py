@@ -16,28 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit.checks import static_findings
-from clusterkit.checks.model import Finding, Status
-from clusterkit.commands.check import (
-    connect_options,
-    connection_findings,
-    host_entries,
-    load_target,
-    run_stages,
-    text_blocks,
-)
+from clusterkit.commands.common import checked_session, connect_options, load_target
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_plan, ranks_per_node
 from clusterkit.launch.plan import render_print as render_plan
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
 from clusterkit.net.plan import NetworkOptions
-from clusterkit.probe.runner import probe_all
-from clusterkit.report import Report, emit
+from clusterkit.report import emit
 from clusterkit.report.progress import progress
+from clusterkit.stages import Session, build_report, run_stages
+from clusterkit.stages.connect import ConnectStage
+from clusterkit.stages.probe import ProbeStage
+from clusterkit.stages.session import SessionOptions
 from clusterkit.status import ExitStatus
-from clusterkit.transport.base import Deadline
-from clusterkit.transport.connect import Connections, connect_all
 
 PROBE_SECONDS = 60.0
 DEFAULT_RUN_ARGS = ("--shm-size", "16g", "--network", "host", "--ulimit", "memlock=-1:-1")
@@ -51,7 +43,7 @@ class Gate:
     how: str  # "checked", "report FILE", "not checked"
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
-    connections: Connections | None = None
+    session: Session | None = None  # open connections, kept for the job
 
 
 def run(args: argparse.Namespace) -> ExitStatus | int:
@@ -72,20 +64,20 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
         if args.print or args.print_dir:
             print_plan(plan, args.print_dir)
             return ExitStatus.PASSED
-        assert gate.connections is not None
+        assert gate.session is not None
         note(
             f"clusterkit: launching on {len(plan)} nodes x {settings.nproc_per_node} ranks "
             f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
         )
         pythons = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
-        outcome = Supervisor(gate.connections.transports, plan, run_id, pythons, options).run()
+        outcome = Supervisor(gate.session.transports, plan, run_id, pythons, options).run()
         if outcome.result == "interrupted":
             raise KeyboardInterrupt  # every node is stopped; the entry point names the signal
         report_outcome(outcome, options)
         return outcome.status
     finally:
-        if gate.connections is not None:
-            gate.connections.close()
+        if gate.session is not None:
+            gate.session.close()
 
 
 def note(text: str) -> None:
@@ -128,68 +120,32 @@ def open_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
 def check_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
     """The whole check, as `clusterkit check` runs it; connections stay open for the job."""
     started = time.monotonic()
-    findings: list[Finding] = []
-    stages: dict[str, str] = {}
     with progress() as bar:
-        bar.phase("connect", len(inventory.hosts))
-        connections = connect_all(
-            inventory,
-            connect_options(args),
-            on_done=lambda h, e: bar.done(h, e.kind if e else None),
-        )
-        try:
-            findings += connection_findings(inventory, connections)
-            bar.phase("probe", len(connections.transports))
-            probed = probe_all(
-                connections.transports,
-                inventory,
-                Deadline.after(args.timeout),
-                workers=args.forks,
-                on_done=bar.done,
-            )
-            findings += [
-                Finding("probe.ran", Status.ERROR, f"{host}: {why}", hosts=[host], stage="probe")
-                for host, why in probed.failures.items()
-            ]
-            findings += static_findings(probed.facts, inventory.settings.expect, inventory.path)
-            details = run_stages(args, inventory, connections, probed.facts, findings, stages, bar)
-        except BaseException:
-            connections.close()
-            raise
-    report = Report(
-        command="launch",
-        inventory=inventory.path,
-        findings=findings,
-        hosts=host_entries(inventory, connections, probed.facts, probed.failures),
-        stages=stages,
-        details=details,
-        text_blocks=text_blocks(details),
-        strict=args.strict,
-        seconds=time.monotonic() - started,
-    )
+        session = checked_session(args, inventory, bar)
+    report = build_report(session, "launch", seconds=time.monotonic() - started, strict=args.strict)
     status = report.exit_status
     if status is not ExitStatus.PASSED or args.check_output:
         emit(report, args.format, args.check_output)
-    if status is ExitStatus.PASSED and not connections.failures:
+    if status is ExitStatus.PASSED and not session.unreachable:
         note(f"clusterkit: check passed in {report.seconds:.1f} s")
-    return Gate(status, "checked", probed.facts, details, connections)
+    return Gate(status, "checked", session.facts, session.details, session)
 
 
 def connect_gate(args: argparse.Namespace, inventory: Inventory, how: str) -> Gate:
     """Connections (every host, or nothing starts) and the probe's facts, no verdict."""
-    connections = connect_all(inventory, connect_options(args))
-    if connections.failures:
-        for name, error in connections.failures.items():
-            note(f"clusterkit: {name}: {error.detail}")
-        connections.close()
-        return Gate(ExitStatus.INCOMPLETE, how)
-    probed = probe_all(
-        connections.transports,
-        inventory,
-        Deadline.after(PROBE_SECONDS),
-        workers=args.forks,
-    )
-    return Gate(ExitStatus.PASSED, how, probed.facts, {}, connections)
+    session = Session(inventory, None, SessionOptions(forks=args.forks))
+    try:
+        run_stages(session, [ConnectStage(connect_options(args))])
+        if session.unreachable:
+            for name, error in session.unreachable.items():
+                note(f"clusterkit: {name}: {error.detail}")
+            session.close()
+            return Gate(ExitStatus.INCOMPLETE, how)
+        run_stages(session, [ProbeStage(PROBE_SECONDS)])
+    except BaseException:
+        session.close()
+        raise
+    return Gate(ExitStatus.PASSED, how, session.facts, {}, session)
 
 
 def report_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:

@@ -67,8 +67,6 @@ def run_image_stage(
         else:
             facts[host] = result
     findings = image_findings(facts, inventory.settings, drivers)
-    for finding in findings:
-        finding.stage = STAGE
     if not findings:
         findings = [Finding("image.stage", Status.ERROR, "no image facts", stage=STAGE)]
     return findings, facts

@@ -51,8 +51,10 @@ class NodeSessions:
     """The node-side processes of one stage run, talked to step by step. A node that fails a
     step leaves the session with its reason in `errors` and is stopped in `close`."""
 
-    def __init__(self, transports: dict[str, Transport], deadline: Deadline) -> None:
-        self.transports, self.deadline = transports, deadline
+    def __init__(
+        self, transports: dict[str, Transport], deadline: Deadline, workers: int = 64
+    ) -> None:
+        self.transports, self.deadline, self.workers = transports, deadline, workers
         self.processes: dict[str, RemoteProcess] = {}
         self.dropped: list[RemoteProcess] = []  # failed a step; ended with the rest in close
         self.errors: dict[str, str] = {}
@@ -91,13 +93,17 @@ class NodeSessions:
         """End every node process: stdin closes, so each exits at once; killed otherwise."""
         processes = [*self.processes.values(), *self.dropped]
         self.processes, self.dropped = {}, []
-        parallel(lambda process: process.finish(Deadline.after(STOP_SECONDS)), processes)
+        parallel(
+            lambda process: process.finish(Deadline.after(STOP_SECONDS)),
+            processes,
+            workers=self.workers,
+        )
 
     def _each(self, hosts: list[str], fn) -> dict[str, dict[str, Any]]:
         """Run one step everywhere. A node that fails it leaves the session at once but is
         stopped only in `close`: killing a stuck one takes seconds the others must not wait."""
         reports: dict[str, dict[str, Any]] = {}
-        for host, outcome in zip(hosts, parallel(fn, hosts), strict=True):
+        for host, outcome in zip(hosts, parallel(fn, hosts, workers=self.workers), strict=True):
             if isinstance(outcome, BaseException):
                 self.errors[host] = str(outcome) or type(outcome).__name__
                 if host in self.processes:
@@ -137,13 +143,16 @@ def run_network_stage(
     inventory: Inventory,
     facts_by_host: dict[str, dict],
     deadline: Deadline,
+    *,
+    workers: int = 64,
 ) -> tuple[list[Finding], dict]:
     """Findings of stage "network" and the raw per-host data for the JSON report.
 
     `facts_by_host` (the probe's facts) is accepted for the stage contract; this stage takes
     its own facts in its first step, because they must come from the same moment and
     environment as the mesh. Hosts of the inventory missing from `transports` are reported
-    as net.stage errors and left out of the mesh."""
+    as net.stage errors and left out of the mesh. `workers`: nodes talked to at once (every
+    node, for the barriers to hold on large clusters)."""
     del facts_by_host
     started = time.monotonic()
     options = NetworkOptions.from_inventory(inventory)
@@ -158,7 +167,7 @@ def run_network_stage(
         host: {"master": options.master_name, "reserved_ports": reserved} for host in live
     }
     whole = FACTS_SECONDS + options.mesh_seconds + 3 * TRANSPORT_MARGIN
-    sessions = NodeSessions(transports, _bounded(deadline, whole))
+    sessions = NodeSessions(transports, _bounded(deadline, whole), workers)
     mesh: dict[str, dict[str, Any]] = {}
     try:
         facts = sessions.start(

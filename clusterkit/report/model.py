@@ -10,7 +10,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.status import ExitStatus
 
 SCHEMA_VERSION = 1
-STAGE_ORDER = ("connect", "probe", "static", "network", "image", "bench")
+STAGE_ORDER = ("connect", "probe", "static", "storage", "network", "image", "bench")
 
 
 @dataclass

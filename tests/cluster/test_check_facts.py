@@ -216,7 +216,7 @@ def test_shared_path_token_is_read_back_on_every_node_but_one(
     assert shared["hosts"] == [node3.name]
     assert str(common) in shared["message"] and str(shared_tmp) not in shared["message"]
     assert finding(report, "storage.free")["status"] in ("ok", "warn")
-    reads = report["details"]["shared_paths"]["reads"]
+    reads = report["details"]["storage"]["reads"]
     assert reads["node1"][str(shared_tmp)]["free_bytes"] > 0
     assert not list(shared_tmp.iterdir())  # the token file was removed again
 

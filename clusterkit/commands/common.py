@@ -1,0 +1,101 @@
+"""What the commands that reach nodes share: the hosts and how to connect (from their
+flags), and the check's stages, which `check` reports and `launch` runs before the job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from clusterkit.checks.parity import torch_cuda
+from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
+from clusterkit.remedy import with_stage_fixes
+from clusterkit.stages import Session, Stage, run_stages
+from clusterkit.stages.bench import BenchStage
+from clusterkit.stages.connect import ConnectStage
+from clusterkit.stages.image import IMAGE_SECONDS, ImageStage
+from clusterkit.stages.network import NETWORK_SECONDS, NetworkStage
+from clusterkit.stages.probe import ProbeStage, StaticStage
+from clusterkit.stages.session import ProgressSink, SessionOptions
+from clusterkit.stages.storage import SHARED_SECONDS, StorageStage
+from clusterkit.transport.endpoint import ConnectOptions
+
+if TYPE_CHECKING:  # the launcher is imported only when the bench runs
+    from clusterkit.bench.launcher import BenchOptions
+
+
+def load_target(args: argparse.Namespace) -> Inventory:
+    """The inventory named on the command line (limited), or this machine."""
+    sources = inventory_sources(args)
+    via_ansible = getattr(args, "inventory_via_ansible", False)
+    inventory = load_inventory(sources, via_ansible=via_ansible) if sources else local_inventory()
+    for warning in inventory.warnings:  # keys Ansible would also ignore: say so, once
+        print(f"clusterkit: warning: {warning}", file=sys.stderr)
+    if getattr(args, "limit", None):
+        inventory = select_hosts(inventory, args.limit)
+    return inventory
+
+
+def inventory_sources(args: argparse.Namespace) -> list[str]:
+    """The positional inventory, then every -i source, in the order given."""
+    positional = [args.inventory] if getattr(args, "inventory", None) else []
+    return positional + list(getattr(args, "inventory_sources", None) or [])
+
+
+def connect_options(args: argparse.Namespace) -> ConnectOptions:
+    return ConnectOptions(
+        host_key_policy=args.host_key_policy,
+        known_hosts=tuple(args.known_hosts),
+        ssh_config=args.ssh_config,
+        connect_timeout=args.connect_timeout,
+        forks=args.forks,
+    )
+
+
+def check_stages(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
+    """The check, in order. The bench comes last and never starts on a network known to be
+    broken: it would only hang."""
+
+    def bench_options(session: Session) -> BenchOptions:
+        from clusterkit.bench.launcher import BenchOptions
+
+        facts = session.facts
+        return BenchOptions.from_settings(
+            session.inventory.settings.bench,
+            min_busbw=args.min_busbw,
+            facts=facts,
+            # A CPU build of torch runs gloo: one rank per node measures the network;
+            # a rank per (unusable) GPU would only measure this machine's cores.
+            nproc_per_node=None
+            if any(torch_cuda(f) not in (None, "cpu") for f in facts.values())
+            else 1,
+        )
+
+    return [
+        ConnectStage(connect_options(args)),
+        ProbeStage(args.timeout),
+        StaticStage(),
+        StorageStage(SHARED_SECONDS),
+        NetworkStage(NETWORK_SECONDS),
+        ImageStage(IMAGE_SECONDS),
+        BenchStage(bench_options, seconds=inventory.settings.bench.timeout),
+    ]
+
+
+def checked_session(args: argparse.Namespace, inventory: Inventory, bar: ProgressSink) -> Session:
+    """A session over `inventory` with every stage of the check run; its connections stay
+    open for the caller to use and close (closed here when the check itself raises)."""
+    # No deadline for the whole run: each stage has its own bound (connect: per host).
+    session = Session(
+        inventory,
+        None,
+        SessionOptions(forks=args.forks, skip=frozenset(args.skip)),
+        progress=bar,
+    )
+    try:
+        run_stages(session, check_stages(args, inventory))
+    except BaseException:
+        session.close()
+        raise
+    session.findings = with_stage_fixes(session.findings, inventory.path)
+    return session

@@ -1,0 +1,12 @@
+"""Stages over one run session: what `check`, `bench` and `launch` are composed of.
+
+A command opens a `Session` (the inventory, the open transports, what the stages learned so
+far), lists its stages and hands both to `run_stages`; the runner decides whether each stage
+runs, how many hosts it may act on at once, and records what it found.
+"""
+
+from clusterkit.stages.base import Stage, StageResult
+from clusterkit.stages.runner import build_report, run_stages
+from clusterkit.stages.session import Session
+
+__all__ = ["Session", "Stage", "StageResult", "build_report", "run_stages"]

@@ -1,0 +1,60 @@
+"""The one shape of a stage: a name, why it cannot run now, and what running it found."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from clusterkit.checks.model import Finding
+from clusterkit.stages.session import Session
+
+
+@dataclass
+class StageResult:
+    """What one stage found. `details` goes to the JSON report under the stage's name,
+    `text` under the stage's findings in the text report. `ran` is False when the stage
+    started but found nothing to act on (reported as "not run")."""
+
+    findings: list[Finding] = field(default_factory=list)
+    details: Any = None
+    text: list[str] = field(default_factory=list)
+    ran: bool = True
+
+
+class Stage(ABC):
+    """A step of a command over the session's hosts.
+
+    The runner (not the stage) records the outcome: it stamps `name` onto every finding,
+    records a skipped stage with its reason, and sets `session.workers`: every host at once
+    when `together` (the nodes must all act at the same moment: a barrier, a collective),
+    else the session's forks.
+    """
+
+    name: str = ""
+    together: bool = False  # every node must act at once; never limited by --forks
+
+    def skip_reason(self, session: Session) -> str | None:
+        """Why the stage cannot or must not run now, or None."""
+        if self.name in session.options.skip:
+            return "skipped by --skip"
+        return None
+
+    def skipped(self, reason: str) -> list[Finding]:
+        """Findings that stand for the stage when it is skipped (usually none)."""
+        del reason
+        return []
+
+    def steps(self, session: Session) -> int:
+        """Units of progress the stage reports (`session.progress.done` calls); 0: the
+        stage is instant and shows no progress phase."""
+        del session
+        return 1
+
+    @abstractmethod
+    def run(self, session: Session) -> StageResult: ...
+
+
+def no_hosts_reason(session: Session) -> str | None:
+    """A stage that acts on nodes has nothing to act on without a connection."""
+    return None if session.transports else "no host could be reached"

@@ -1,0 +1,123 @@
+"""Stage `bench`: a real all-reduce under torchrun on every node at once (bench/launcher.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.stages.base import Stage, StageResult, no_hosts_reason
+from clusterkit.stages.session import Session
+
+if TYPE_CHECKING:  # the launcher is imported only when a bench runs
+    from clusterkit.bench.launcher import BenchOptions, BenchOutcome
+
+
+class BenchStage(Stage):
+    """`options` builds the launcher's options from the session (the probe's facts are in
+    it by then). With `preflight` (check), the stage does not start where it could only
+    hang or measure the wrong thing (see `bench_blocker`) and a skipped bench stands as a
+    SKIP finding; without (`clusterkit bench`), it starts and says itself why a world is
+    incomplete (bench.not-joined). `seconds` None: the session's own deadline."""
+
+    name = "bench"
+    together = True  # every rank must join one rendezvous
+
+    def __init__(
+        self,
+        options: Callable[[Session], BenchOptions],
+        *,
+        seconds: float | None = None,
+        preflight: bool = True,
+    ) -> None:
+        self.options, self.seconds, self.preflight = options, seconds, preflight
+
+    def skip_reason(self, session: Session) -> str | None:
+        if not self.preflight:
+            return None
+        return super().skip_reason(session) or no_hosts_reason(session) or bench_blocker(session)
+
+    def skipped(self, reason: str) -> list[Finding]:
+        return [Finding("bench.busbw", Status.SKIP, f"bench not run: {reason}")]
+
+    def run(self, session: Session) -> StageResult:
+        from clusterkit.bench.launcher import launch_bench
+
+        if session.failures:
+            return not_run_after_probe(list(session.failures))
+
+        outcome = launch_bench(
+            session.transports,
+            session.inventory,
+            self.options(session),
+            session.bounded(self.seconds),
+        )
+        if outcome.interrupted:
+            raise KeyboardInterrupt
+        text = outcome.table.rstrip().splitlines() if outcome.table else []
+        return StageResult(
+            outcome.findings,
+            {**bench_details(outcome), "table": outcome.table},
+            text,
+            ran=bool(outcome.nodes),
+        )
+
+
+def not_run_after_probe(hosts: list[str]) -> StageResult:
+    """A node whose probe hung or failed would stall the bench as well, and the ranks left
+    waiting for it would be blamed: the bench is not started, and the node is named."""
+    finding = Finding(
+        "bench.not-joined",
+        Status.SKIP,
+        f"not run: the probe did not complete on {', '.join(hosts)}; those nodes would stall "
+        "the rendezvous",
+        hosts=hosts,
+    )
+    details = {"run_id": "", "seconds": 0.0, "result": None, "nodes": [], "table": ""}
+    return StageResult([finding], details, ran=False)
+
+
+def bench_blocker(session: Session) -> str | None:
+    """Why the all-reduce cannot give a meaningful answer now, or None."""
+    findings = session.findings
+    broken = sorted(
+        {
+            f.id
+            for f in findings
+            if f.stage in ("connect", "probe", "storage", "network") and f.status is Status.ERROR
+        }
+    )
+    if broken:
+        return "not every host could be reached or probed (" + ", ".join(broken) + ")"
+    blocked = sorted({f.id for f in findings if f.stage == "network" and f.status is Status.FAIL})
+    if blocked:
+        return "the network stage failed (" + ", ".join(blocked) + "); an all-reduce would hang"
+    if any(f.id in ("torch.present", "torch.import") and f.status is Status.FAIL for f in findings):
+        return "torch is missing or broken on a node"
+    if len(session.inventory.hosts) < 2 and not any(
+        (f.get("gpus") or {}).get("count") for f in session.facts.values()
+    ):
+        return "a single host without GPUs: nothing to measure"
+    return None
+
+
+def bench_details(outcome: BenchOutcome) -> dict[str, Any]:
+    """The bench section of the JSON report: the result, and what each node printed."""
+    return {
+        "run_id": outcome.run_id,
+        "seconds": round(outcome.duration, 3),
+        "result": outcome.result,
+        "nodes": [
+            {
+                "host": node.host,
+                "node_rank": node.node_rank,
+                "exit_code": node.result.exit_code if node.result else None,
+                "timed_out": bool(node.result and node.result.timed_out),
+                "killed_by_clusterkit": node.killed,
+                "transport_error": node.error.detail if node.error else None,
+                "stdout_tail": node.stdout[-4000:],
+                "stderr_tail": node.stderr[-8000:],
+            }
+            for node in outcome.nodes
+        ],
+    }

@@ -1,0 +1,34 @@
+"""Stage `network`: the paths torch will use, tried between every pair of nodes (net/stage.py)."""
+
+from __future__ import annotations
+
+from clusterkit.stages.base import Stage, StageResult, no_hosts_reason
+from clusterkit.stages.session import Session
+
+NETWORK_SECONDS = 60.0
+
+
+class NetworkStage(Stage):
+    name = "network"
+    together = True  # facts, bound and mesh are barriers over every node
+
+    def __init__(self, seconds: float = NETWORK_SECONDS) -> None:
+        self.seconds = seconds
+
+    def skip_reason(self, session: Session) -> str | None:
+        why = super().skip_reason(session) or no_hosts_reason(session)
+        if not why and len(session.inventory.hosts) < 2:
+            why = "a single host: there is no network path between nodes to check"
+        return why
+
+    def run(self, session: Session) -> StageResult:
+        from clusterkit.net.stage import run_network_stage
+
+        findings, details = run_network_stage(
+            session.transports,
+            session.inventory,
+            session.facts,
+            session.bounded(self.seconds),
+            workers=session.workers,
+        )
+        return StageResult(findings, details, list(details.get("matrix_lines") or []))

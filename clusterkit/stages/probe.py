@@ -1,0 +1,70 @@
+"""Stages `probe` (the collector on every host: one round trip each) and `static` (the
+pure checks over the facts it returned)."""
+
+from __future__ import annotations
+
+from clusterkit.checks import static_findings
+from clusterkit.checks.fabric import fabric_findings
+from clusterkit.checks.job_env import job_env_findings
+from clusterkit.checks.model import Finding, Status
+from clusterkit.probe.runner import probe_all
+from clusterkit.stages.base import Stage, StageResult
+from clusterkit.stages.session import Session
+
+
+class ProbeStage(Stage):
+    """Facts from every connected host into `session.facts`; a host without facts gets a
+    probe.ran error (its reason also in `session.failures`)."""
+
+    name = "probe"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def skip_reason(self, session: Session) -> str | None:
+        return None  # with no host connected it finds nothing, and says so through connect
+
+    def steps(self, session: Session) -> int:
+        return len(session.transports)
+
+    def run(self, session: Session) -> StageResult:
+        probed = probe_all(
+            session.transports,
+            session.inventory,
+            session.bounded(self.seconds),
+            workers=session.workers,
+            on_done=session.progress.done,
+        )
+        session.facts.update(probed.facts)
+        session.failures.update(probed.failures)
+        return StageResult(
+            [
+                Finding("probe.ran", Status.ERROR, f"{host}: {why}", hosts=[host])
+                for host, why in probed.failures.items()
+            ]
+        )
+
+
+class StaticStage(Stage):
+    """Every check that needs only the facts: parity, pins, health, the job's variables.
+    Pure, no network."""
+
+    name = "static"
+
+    def steps(self, session: Session) -> int:
+        return 0  # instant: no progress phase
+
+    def skip_reason(self, session: Session) -> str | None:
+        return None
+
+    def run(self, session: Session) -> StageResult:
+        inventory = session.inventory
+        findings = static_findings(
+            session.facts,
+            inventory.settings.expect,
+            inventory.path,
+            busy_mib=inventory.settings.gpu_busy_mib,
+        )
+        findings += job_env_findings(session.facts, inventory)
+        findings += fabric_findings(session.facts, inventory.settings.image, inventory.path)
+        return StageResult(findings)
