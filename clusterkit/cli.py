@@ -373,7 +373,9 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
         "capacity with checkpoint/restart vs on-demand (Young/Daly model and a Monte Carlo). "
         "Flags override the inventory's `clusterkit.cost` settings.",
     )
-    parser.add_argument("inventory", nargs="?", help="Ansible YAML inventory (node count, prices)")
+    parser.add_argument(
+        "inventory", nargs="?", help="Ansible inventory: file or directory (node count, prices)"
+    )
     job = parser.add_argument_group("job")
     job.add_argument("--nodes", type=int, help="nodes (default: the inventory's hosts)")
     job.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: catalog or 8)")
