@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from typing import TextIO
 
 from clusterkit.checks.model import Status
 from clusterkit.commands.common import checked_session, load_target
@@ -21,20 +23,29 @@ def run(args: argparse.Namespace) -> ExitStatus:
         session = checked_session(args, inventory, bar)
         session.close()
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
-    emit(report, args.format, args.output)
     if args.fix_plan:
-        print_fix_plan(report)
+        report.fix_plan = fix_plan(report)
+    emit(report, args.format, args.output)
+    if args.fix_plan and args.format != "json":
+        # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
+        to_stderr = args.format == "junit" and not args.output
+        print_fix_plan(report.fix_plan, sys.stderr if to_stderr else sys.stdout)
     return report.exit_status
 
 
-def print_fix_plan(report: Report) -> None:
-    """The provisioning commands that fix the current findings, one per line, deduplicated."""
-    commands = dict.fromkeys(
-        command
-        for f in report.findings
-        if (command := command_of(f.remedy))
-        and f.status in (Status.FAIL, Status.WARN, Status.ERROR)
+def fix_plan(report: Report) -> list[str]:
+    """The provisioning commands that fix the current findings, deduplicated, in order."""
+    return list(
+        dict.fromkeys(
+            command
+            for f in report.findings
+            if (command := command_of(f.remedy))
+            and f.status in (Status.FAIL, Status.WARN, Status.ERROR)
+        )
     )
-    print("\nfix plan:" if commands else "\nfix plan: nothing a playbook can fix")
+
+
+def print_fix_plan(commands: list[str], stream: TextIO) -> None:
+    print("\nfix plan:" if commands else "\nfix plan: nothing a playbook can fix", file=stream)
     for command in commands:
-        print(f"  {command}")
+        print(f"  {command}", file=stream)

@@ -24,6 +24,7 @@ class Report:
     text_blocks: dict[str, list[str]] = field(default_factory=dict)  # stage -> extra lines
     strict: bool = False
     seconds: float = 0.0
+    fix_plan: list[str] | None = None  # `--fix-plan`: provisioning commands, in the JSON too
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -58,6 +59,7 @@ class Report:
             "findings": [finding.to_dict() for finding in self.findings],
             "hosts": self.hosts,
             "details": self.details,
+            **({} if self.fix_plan is None else {"fix_plan": self.fix_plan}),
         }
 
 

@@ -7,10 +7,16 @@ import json
 import shlex
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from clusterkit.remedy import TAGS
 from tests.support.netcluster import NetCluster
+
+
+def check(inventory: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip", "bench,image"]
+    return subprocess.run([*argv, *flags], capture_output=True, text=True, timeout=300)
 
 
 def test_fix_plan_names_the_firewall_and_nvidia_commands(
@@ -22,11 +28,7 @@ def test_fix_plan_names_the_firewall_and_nvidia_commands(
     )  # fmt: skip
     node2.set_gpus(persistence=False)
     inventory = cluster.inventory(tmp_path / "inv.yaml", nodes=[node1, node2, node3])
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip", "bench,image",
-         "--fix-plan"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    done = check(inventory, "--fix-plan")
     assert done.returncode == 1, done.stdout + done.stderr
     plan = done.stdout.split("fix plan:", 1)[1].strip().splitlines()
     commands = [shlex.split(line) for line in plan]
@@ -37,26 +39,15 @@ def test_fix_plan_names_the_firewall_and_nvidia_commands(
     assert by_tag["nvidia"][-2:] == ["--limit", "node2"]
     firewall = {argv[-1] for argv in commands if "firewall" in argv}
     assert any("node3" in limit.split(",") for limit in firewall), plan
-    # the JSON carries the same command as the finding's remedy, the by-hand way after it
-    report = json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "clusterkit",
-                "check",
-                str(inventory),
-                "--skip",
-                "bench,image",
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        ).stdout
-    )
+    # the JSON carries the same command as the finding's remedy, the by-hand way after it,
+    # and the plan itself inside the document: stdout stays one JSON document
+    as_json = check(inventory, "--format", "json", "--fix-plan")
+    report = json.loads(as_json.stdout)
+    assert report["fix_plan"] == [line.strip() for line in plan]
+    # JUnit on stdout stays one XML document; the plan goes to stderr
+    as_junit = check(inventory, "--format", "junit", "--fix-plan")
+    ET.fromstring(as_junit.stdout)
+    assert "fix plan:" in as_junit.stderr and "fix plan" not in as_junit.stdout
     blocked = [f for f in report["findings"] if f["id"] == "net.firewall"]
     assert blocked and blocked[0]["remedy"].startswith(
         f"clusterkit provision {inventory} --tags firewall --limit node3"

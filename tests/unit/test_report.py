@@ -189,3 +189,10 @@ def test_hosts_table_says_nothing_about_a_host_never_reached() -> None:
     render_plain(report, stream)
     n3 = next(line for line in stream.getvalue().splitlines() if line.strip().startswith("n3"))
     assert "missing" not in n3
+
+
+def test_fix_plan_lives_in_the_json_document_only_when_asked() -> None:
+    report = Report("check", None, [finding(Status.FAIL)], {})
+    assert "fix_plan" not in json.loads(render_json(report))
+    report.fix_plan = ["clusterkit provision inv.yaml --tags nvidia --limit node2"]
+    assert json.loads(render_json(report))["fix_plan"] == report.fix_plan
