@@ -322,3 +322,13 @@ def test_password_login_works_and_the_password_is_never_shown(
         )
     finally:
         connections.close()
+
+
+def test_a_node_cannot_write_escape_sequences_into_the_text_report(
+    cluster: NetCluster, cluster_inventory: Path
+) -> None:
+    cluster.nodes[1].set_gpus(model="NVIDIA H100\x1b[2J\x1b[1A")  # what a hostile node reports
+    done = clusterkit("check", str(cluster_inventory), *STATIC_ONLY)  # plain text, piped
+    assert done.returncode == 1, done.stderr  # the odd model is still a parity failure
+    assert "\x1b" not in done.stdout and "\x1b" not in done.stderr
+    assert "NVIDIA H100\\x1b[2J\\x1b[1A" in done.stdout
