@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
             return ExitStatus.PASSED
         assert gate.session is not None
         note(
-            f"clusterkit: launching on {len(plan)} nodes x {settings.nproc_per_node} ranks "
+            f"clusterkit: launching run {run_id} on {len(plan)} nodes x "
+            f"{settings.nproc_per_node} ranks "
             f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
         )
         pythons = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}

@@ -44,14 +44,22 @@ def launch(path: Path, *options: str, job: tuple[str, ...] = (), timeout: float 
     )  # fmt: skip
 
 
-def wait_until_clean(cluster: NetCluster, seconds: float = 15.0) -> None:
-    """No process of any job on any node and no run folder left (sshd reaps sessions
-    lazily: wait for the condition, do not sleep a fixed time)."""
+def run_id_of(stderr: str) -> str:
+    found = re.search(r"launching run ([0-9a-f]+) on", stderr)
+    assert found, stderr[-2000:]
+    return found[1]
+
+
+def wait_until_clean(cluster: NetCluster, run_id: str | None = None, seconds: float = 15.0) -> None:
+    """No process on any node of this cluster and none of this run's folders left (sshd
+    reaps sessions lazily: wait for the condition, do not sleep a fixed time). Folders are
+    matched by run id: other clusters on this machine may be running jobs of their own."""
     end = time.monotonic() + seconds
+    pattern = f"/tmp/clusterkit-launch-{run_id}-*" if run_id else None
     while True:
         left = {n.name: [p.command for p in n.processes()] for n in cluster.nodes}
         left = {name: commands for name, commands in left.items() if commands}
-        folders = glob.glob("/tmp/clusterkit-launch-*")
+        folders = glob.glob(pattern) if pattern else []
         if (not left and not folders) or time.monotonic() > end:
             break
         time.sleep(0.1)
@@ -77,7 +85,7 @@ def test_a_ddp_job_trains_to_the_end_with_the_checked_settings(
         assert "step 2 loss" in log and log.count("\n") >= 5
     assert "check passed" in done.stderr
     assert "job succeeded" in done.stderr
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id_of(done.stderr))
 
 
 def test_the_gate_refuses_a_blocked_master_port_and_starts_nothing(
@@ -105,7 +113,7 @@ def test_a_raising_rank_stops_the_job_everywhere_and_is_named(
     assert "last lines of rank 2 on node3:" in done.stderr
     assert "RuntimeError: rank 2 fails on purpose" in done.stderr
     assert "done rank=" not in done.stdout  # nobody ran to the end
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id_of(done.stderr))
 
 
 @pytest.mark.parametrize("stacks", ["py-spy", "faulthandler"])
@@ -144,7 +152,7 @@ def test_a_sleeping_rank_is_reported_hung_and_singled_out(
     dump = (logs / "stacks-node3-2.txt").read_text()
     assert f", {stacks})" in dump and "time.sleep(args.sleep)" in dump
     assert "all_reduce" in (logs / "stacks-node1-0.txt").read_text()
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id_of(stderr))
 
 
 def test_ctrl_c_leaves_no_process_on_any_node(cluster: NetCluster, tmp_path: Path) -> None:
@@ -167,7 +175,7 @@ def test_ctrl_c_leaves_no_process_on_any_node(cluster: NetCluster, tmp_path: Pat
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr[-2000:]
     assert "clusterkit: interrupted" in stderr
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id_of(stderr))
 
 
 def test_sigterm_stops_the_job_like_ctrl_c_and_exits_143(
@@ -183,7 +191,7 @@ def test_sigterm_stops_the_job_like_ctrl_c_and_exits_143(
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 143, stderr[-2000:]
     assert "terminated (SIGTERM)" in stderr
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id_of(stderr))
 
 
 def test_printed_commands_run_by_hand_form_the_same_job(
@@ -210,9 +218,12 @@ def test_printed_commands_run_by_hand_form_the_same_job(
         assert process.returncode == 0, output[-3000:]
         assert f"[rank{rank}]:joined rank={rank} world={NODES} master={master}:29500" in output
         assert f"[rank{rank}]:done rank={rank} sum_of_ranks=3" in output
-    for folder_left in glob.glob("/tmp/clusterkit-launch-*"):
+    # torchrun by hand leaves its log folder: this run's only (others may be running)
+    run_id = re.search(r"/tmp/clusterkit-launch-([0-9a-f]+)-n0/torchrun", done.stdout)
+    assert run_id, done.stdout[-2000:]
+    for folder_left in glob.glob(f"/tmp/clusterkit-launch-{run_id[1]}-*"):
         subprocess.run(["rm", "-rf", folder_left], check=False)
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id[1])
 
 
 def test_a_saved_passing_report_stands_in_for_the_check(
@@ -230,6 +241,7 @@ def test_a_saved_passing_report_stands_in_for_the_check(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "reusing the check report" in done.stderr
     assert "node3/2: done rank=2" in done.stdout
+    wait_until_clean(cluster, run_id_of(done.stderr))
     old = time.time() - 7200
     os.utime(report, (old, old))
     stale = launch(path, "--check-report", str(report), job=("--steps", "1"))
@@ -249,7 +261,7 @@ def test_no_check_launches_without_the_check_and_says_so(
     assert "launching WITHOUT checking the cluster" in done.stderr
     assert "(not checked)" in done.stderr and "check passed" not in done.stderr
     assert "node3/2: done rank=2 sum_of_ranks=3" in done.stdout
-    wait_until_clean(cluster)
+    wait_until_clean(cluster, run_id_of(done.stderr))
 
 
 def test_a_node_that_goes_silent_is_lost_and_the_rest_stopped(
@@ -278,4 +290,4 @@ def test_a_node_that_goes_silent_is_lost_and_the_rest_stopped(
         assert [p.command for p in node.processes()] == []
     # Back on the network, node3 learns its connection is gone and stops its own share.
     subprocess.run(["ip", "link", "set", node3.host_veth, "up"], check=True)
-    wait_until_clean(cluster, seconds=90)
+    wait_until_clean(cluster, run_id_of(stderr), seconds=90)
