@@ -18,7 +18,9 @@ Run as root (namespaces, sshd): python benchmarks/bench_launch.py [--repeat R]
 from __future__ import annotations
 
 import argparse
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,7 +60,11 @@ def by_hand(cluster: NetCluster, folder: Path) -> None:
     outputs = [p.communicate(timeout=RUN_TIMEOUT)[0] for p in processes]
     if any(p.returncode for p in processes) or not all(b"sum_of_ranks=3" in o for o in outputs):
         raise SystemExit("by hand: a node failed: " + outputs[0].decode()[-2000:])
-    subprocess.run(["sh", "-c", "rm -rf /tmp/clusterkit-launch-*"], check=False)
+    # torchrun by hand leaves its log folders: this plan's only (other runs may be going on)
+    for script in folder.glob("*.sh"):
+        run_dir = re.search(r"--log-dir (/tmp/clusterkit-launch-\w+-n\d+)/", script.read_text())
+        if run_dir:
+            shutil.rmtree(run_dir[1], ignore_errors=True)
 
 
 def timed(runs: dict[str, Callable[[], None]], repeat: int) -> dict[str, float]:
