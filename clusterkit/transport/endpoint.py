@@ -120,7 +120,7 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
     known = tuple(dict.fromkeys(files))  # the first is where accept-new records keys
     timeout = options.connect_timeout or host.ssh_timeout or _float(entry.get("connecttimeout"))
     keys = (host.key_file,) if host.key_file else tuple(entry.get("identityfile", ()))
-    jump_spec = host.proxy_jump or entry.get("proxyjump")
+    jump_spec, command = _proxy_settings(host, entry)
     jumps: tuple[Endpoint, ...] = ()
     if jump_spec and jump_spec.lower() != "none":
         jumps = tuple(
@@ -130,7 +130,6 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
     address = entry.get("hostname", host.address)
     port = int(host.port or entry.get("port") or 22)
     user = host.user or entry.get("user") or getpass.getuser()
-    command = host.proxy_command or entry.get("proxycommand")
     proxy: tuple[str, ...] = ()
     if command and command.strip().lower() != "none" and not jumps:
         proxy = proxy_argv(host.name, command, address, port, user, host.address)
@@ -173,6 +172,17 @@ def _jump_endpoint(
         known_hosts=known,
         timeout=timeout or DEFAULT_CONNECT_TIMEOUT,
     )
+
+
+def _proxy_settings(host: Host, entry: paramiko.SSHConfigDict) -> tuple[str | None, str | None]:
+    """(ProxyJump, ProxyCommand): the inventory's (Ansible's ssh command line) beat the config
+    file's, and within one source ProxyJump wins over ProxyCommand, as they exclude each other."""
+    if host.proxy_jump:
+        return host.proxy_jump, None
+    if host.proxy_command:
+        return None, host.proxy_command
+    jump = entry.get("proxyjump")
+    return (jump, None) if jump else (None, entry.get("proxycommand"))
 
 
 def _check_name(host: str, value: str, problem_of: Callable[[str], str | None]) -> None:

@@ -203,3 +203,14 @@ def _alive(pid: int) -> bool:
             return handle.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_the_inventorys_proxy_setting_beats_the_config_files(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host 10.0.0.5\n  ProxyJump jumper\n")
+    options, loaded = ConnectOptions(), load_ssh_config(str(config))
+    inventory_command = Host(name="n1", address="10.0.0.5", proxy_command="nc %h %p")
+    endpoint = resolve_endpoint(inventory_command, options, loaded)
+    assert endpoint.proxy_command == ("nc", "10.0.0.5", "22") and not endpoint.jumps
+    plain = resolve_endpoint(Host(name="n1", address="10.0.0.5"), options, loaded)
+    assert [hop.address for hop in plain.jumps] == ["jumper"] and not plain.proxy_command
