@@ -203,13 +203,14 @@ PLUGIN = FIXTURES / "plugin"
 THROUGH_ANSIBLE = {
     "constructed-plugin": [PLUGIN / "01-static.yml", PLUGIN / "02-constructed.yml"],
     "inventory-script": [PLUGIN / "script.py"],
+    "toml": [PLUGIN / "hosts.toml"],
     "directory-with-plugin-and-script": [PLUGIN],
 }
 
 
 @pytest.mark.parametrize("name", list(THROUGH_ANSIBLE))
 def test_plugins_and_scripts_resolve_through_ansible(name: str, tmp_path: Path) -> None:
-    assert_same_as_ansible(THROUGH_ANSIBLE[name], tmp_path, "auto,script,yaml,ini")
+    assert_same_as_ansible(THROUGH_ANSIBLE[name], tmp_path, "auto,script,yaml,ini,toml")
 
 
 def test_constructed_groups_and_composed_vars_reach_the_hosts() -> None:
