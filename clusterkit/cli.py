@@ -392,9 +392,11 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
     risk = parser.add_argument_group("interruptions")
     risk.add_argument(
         "--preempt-rate",
-        metavar="RATE|BUCKET",
-        help="spot preemptions per node-hour, or an AWS advisor bucket "
-        "('<5%%', '5-10%%', '10-15%%', '15-20%%', '>20%%')",
+        metavar="RATE|SHARE%|BUCKET",
+        help="spot preemptions per node-hour (at most 100, e.g. 0.02); or the share of "
+        "instances interrupted per month (e.g. 5%%); or an AWS Spot Instance Advisor bucket "
+        "('<5%%', '5-10%%', '10-15%%', '15-20%%', '>20%%'): the advisor's monthly "
+        "interruption frequency, converted as -ln(1 - p) / 730 per hour",
     )
     risk.add_argument(
         "--trace",
@@ -439,9 +441,14 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
     )
     sim = parser.add_argument_group("simulation and output")
     sim.add_argument(
-        "--trials", type=int, default=10_000, help="Monte Carlo trials (default 10000, 0 = none)"
+        "--trials",
+        type=int,
+        default=10_000,
+        help="Monte Carlo trials (default 10000, 0 = none; at most 1,000,000, run in chunks "
+        "of 100,000; fewer when each run expects so many interruptions that the simulation "
+        "would draw over 20 million lifetimes, which the output then says)",
     )
-    sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    sim.add_argument("--seed", type=int, default=1, help="random seed, 0 to 4294967295 (default 1)")
     sim.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     sim.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     sim.add_argument("--plot", metavar="FILE", help="write a PNG of cost vs preemption rate")

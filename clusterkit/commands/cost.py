@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from clusterkit.cost import catalog as price_catalog
+from clusterkit.cost import simulate
 from clusterkit.cost.estimate import Estimate, Provenance, estimate
 from clusterkit.cost.rates import RateSource, parse_rate, read_trace
 from clusterkit.cost.scenario import CapacityWait, Hazard, Scenario
@@ -26,6 +27,47 @@ DEFAULT_WAIT_MEAN_H = 1.5
 DEFAULT_CHECKPOINT_MIN = 5.0
 DEFAULT_RESTART_MIN = 10.0
 DEFAULT_GPUS_PER_NODE = 8
+MAX_SEED = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The range an input must lie in: wide enough for any real job, narrow enough that the
+    model's figures stay finite numbers."""
+
+    low: float
+    high: float
+    low_open: bool = False  # the low end itself is not allowed
+    unit: str = ""
+
+    def rule(self) -> str:
+        low = f"above {_plain(self.low)}" if self.low_open else f"at least {_plain(self.low)}"
+        return f"must be {low} and at most {_plain(self.high)}{self.unit}"
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return math.isfinite(value) and above and value <= self.high
+
+
+LIMITS = {
+    "nodes": Limit(1, 100_000),
+    "gpus_per_node": Limit(1, 64),
+    "hours": Limit(0, 100_000, low_open=True, unit=" h"),
+    "checkpoint_min": Limit(0, 10_080, unit=" min"),
+    "restart_min": Limit(0, 10_080, unit=" min"),
+    "interval": Limit(1, 6_000_000, unit=" min"),
+    "deadline": Limit(0, 1_000_000, low_open=True, unit=" h"),
+    "preempt_rate": Limit(0, 100, unit=" per node-hour"),
+    "hardware_rate": Limit(0, 100, unit=" per node-hour"),
+    "correlation": Limit(1, 100_000),
+    "capacity_wait_median": Limit(0, 10_000, low_open=True, unit=" h"),
+    "capacity_wait_mean": Limit(0, 10_000, low_open=True, unit=" h"),
+    "on_demand_price": Limit(0, 1_000_000, low_open=True, unit=" USD"),
+    "spot_price": Limit(0, 1_000_000, low_open=True, unit=" USD"),
+    "max_price_age_days": Limit(0, 36_500, unit=" days"),
+    "trials": Limit(0, simulate.MAX_TRIALS),
+    "seed": Limit(0, MAX_SEED),
+}
 
 # Inventory keys under `clusterkit.cost` (the fields of CostSettings), each named like its flag.
 INVENTORY_KEYS = tuple(field.name for field in fields(CostSettings))
@@ -48,20 +90,22 @@ def build(args: argparse.Namespace) -> Estimate:
     nodes = values.get("nodes")
     if nodes is None:
         raise UsageError("no node count: give --nodes N or an inventory")
-    hours = _number(values, "hours", required=True, minimum=0, strict=True)
+    hours = _number(values, "hours", required=True)
     assert hours is not None  # required: _number raised a usage error otherwise
     prices, provenance_prices, gpus_from_catalog = _prices(values, warnings)
     rate = _rate(values)
     correlation_origin = "default: independent"
-    correlation = _number(values, "correlation", minimum=1)
+    correlation = _number(values, "correlation")
     if correlation is not None:
         correlation_origin = values.origin("correlation")
     elif rate.correlation is not None:
         correlation, correlation_origin = rate.correlation, "measured in the trace"
-    gpus = values.get("gpus_per_node") or gpus_from_catalog or DEFAULT_GPUS_PER_NODE
+    gpus = values.get("gpus_per_node")
+    if gpus is None:
+        gpus = gpus_from_catalog or DEFAULT_GPUS_PER_NODE
     scenario = Scenario(
-        nodes=_count(nodes, "nodes"),
-        gpus_per_node=_count(gpus, "gpus-per-node"),
+        nodes=_count(values, "nodes"),
+        gpus_per_node=_count(values, "gpus_per_node", gpus),
         hours=hours,
         checkpoint_h=_minutes(values, "checkpoint_min", DEFAULT_CHECKPOINT_MIN),
         restart_h=_minutes(values, "restart_min", DEFAULT_RESTART_MIN),
@@ -69,9 +113,9 @@ def build(args: argparse.Namespace) -> Estimate:
         on_demand_price=prices[0],
         spot_price=prices[1],
         correlation=correlation or 1.0,
-        hardware_rate=_number(values, "hardware_rate", minimum=0),
+        hardware_rate=_number(values, "hardware_rate"),
         capacity_wait=_capacity_wait(values),
-        deadline_h=_number(values, "deadline", minimum=0, strict=True),
+        deadline_h=_number(values, "deadline"),
         interval_h=_optional_minutes(values, "interval"),
         hazard=Hazard.parse(str(values.get("hazard") or "exponential")),
     )
@@ -91,9 +135,9 @@ def build(args: argparse.Namespace) -> Estimate:
         notes=(rate.note,) if rate.note else (),
         **provenance_prices,
     )
-    return estimate(
-        scenario, provenance, trials=_trials(args.trials), seed=args.seed, warnings=tuple(warnings)
-    )
+    trials = int(_flag_number("trials", args.trials))
+    seed = int(_flag_number("seed", args.seed))
+    return estimate(scenario, provenance, trials=trials, seed=seed, warnings=tuple(warnings))
 
 
 class _Values:
@@ -137,47 +181,67 @@ def _from_inventory(path: str, values: _Values) -> None:
         values.set(key, getattr(section, key), f"inventory {path}: clusterkit.cost.{key}")
 
 
-def _number(
-    values: _Values, key: str, *, required: bool = False, minimum: float, strict: bool = False
-) -> float | None:
+def _number(values: _Values, key: str, *, required: bool = False) -> float | None:
+    """A number within its LIMITS, or one UsageError naming the flag or inventory key."""
     raw = values.get(key)
     if raw is None:
         if required:
             raise UsageError(f"no {key}: give --{key.replace('_', '-')}")
         return None
-    try:
-        number = float(raw)
-    except (TypeError, ValueError):
-        raise UsageError(f"{values.flag(key)} {raw!r}: not a number") from None
-    too_small = number <= minimum if strict else number < minimum
-    if too_small or not math.isfinite(number):
-        rule = f"must be {'above' if strict else 'at least'} {minimum:g}"
-        shown = f"{raw:g}" if isinstance(raw, float) else raw
-        raise UsageError(f"{values.flag(key)} {shown}: {rule}")
+    number = None if isinstance(raw, bool) else _as_float(raw)
+    if number is None:
+        raise UsageError(f"{values.flag(key)} {_shown(raw)}: not a number")
+    if not LIMITS[key].holds(number):
+        raise UsageError(f"{values.flag(key)} {_shown(raw)}: {LIMITS[key].rule()}")
     return number
 
 
+def _plain(number: float) -> str:
+    """1000000 as 1,000,000 rather than 1e+06."""
+    return f"{int(number):,}" if float(number).is_integer() else f"{number:g}"
+
+
+def _as_float(raw: Any) -> float | None:
+    try:
+        return float(raw)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _shown(raw: Any) -> str:
+    """A value as the user gave it, on one line and short."""
+    text = f"{raw:g}" if isinstance(raw, float) else str(raw)
+    text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _flag_number(key: str, value: float) -> float:
+    if not LIMITS[key].holds(value):
+        raise UsageError(f"--{key} {_shown(value)}: {LIMITS[key].rule()}")
+    return value
+
+
 def _minutes(values: _Values, key: str, default: float) -> float:
-    minutes = _number(values, key, minimum=0)
+    minutes = _number(values, key)
     return (default if minutes is None else minutes) / 60.0
 
 
 def _optional_minutes(values: _Values, key: str) -> float | None:
-    minutes = _number(values, key, minimum=0, strict=True)
+    minutes = _number(values, key)
     return None if minutes is None else minutes / 60.0
 
 
-def _count(raw: Any, name: str) -> int:
-    whole = isinstance(raw, int) and not isinstance(raw, bool)
-    if not (whole or (isinstance(raw, str) and raw.strip().isdigit())) or int(raw) < 1:
-        raise UsageError(f"--{name} {raw}: must be a whole number, at least 1")
-    return int(raw)
-
-
-def _trials(trials: int) -> int:
-    if trials < 0:
-        raise UsageError(f"--trials {trials}: must not be negative (0 skips the simulation)")
-    return trials
+def _count(values: _Values, key: str, raw: Any = None) -> int:
+    """A whole number within its LIMITS (an inventory may hold `8`, `"8"` or `8.0`)."""
+    raw = values.get(key) if raw is None else raw
+    number = None if isinstance(raw, bool) else _as_float(raw)
+    if number is None or not number.is_integer() or not LIMITS[key].holds(number):
+        limit = LIMITS[key]
+        raise UsageError(
+            f"{values.flag(key)} {_shown(raw)}: must be a whole number from "
+            f"{_plain(limit.low)} to {_plain(limit.high)}"
+        )
+    return int(number)
 
 
 def _rate(values: _Values) -> RateSource:
@@ -185,13 +249,23 @@ def _rate(values: _Values) -> RateSource:
     if trace is not None and given is not None:
         raise UsageError("give --preempt-rate or --trace, not both")
     if trace is not None:
-        return read_trace(str(trace))
+        source = read_trace(str(trace))
+        if not LIMITS["preempt_rate"].holds(source.rate):
+            raise UsageError(
+                f"--trace {trace}: gives {source.rate:.3g} preemptions per node-hour, "
+                f"which {LIMITS['preempt_rate'].rule()}"
+            )
+        return source
     if given is None:
         raise UsageError(
             "no preemption rate: give --preempt-rate RATE (per node-hour) or an advisor "
             "bucket such as '<5%', or --trace FILE"
         )
     source = parse_rate(str(given), values.origin("preempt_rate"))
+    if not LIMITS["preempt_rate"].holds(source.rate):
+        raise UsageError(
+            f"{values.flag('preempt_rate')} {_shown(given)}: {LIMITS['preempt_rate'].rule()}"
+        )
     return source
 
 
@@ -199,8 +273,8 @@ def _capacity_wait(values: _Values) -> CapacityWait | None:
     median, mean = values.get("capacity_wait_median"), values.get("capacity_wait_mean")
     if "off" in (str(median).lower(), str(mean).lower()):
         return None
-    median_h = _number(values, "capacity_wait_median", minimum=0, strict=True)
-    mean_h = _number(values, "capacity_wait_mean", minimum=0, strict=True)
+    median_h = _number(values, "capacity_wait_median")
+    mean_h = _number(values, "capacity_wait_mean")
     median_h = DEFAULT_WAIT_MEDIAN_H if median_h is None else median_h
     mean_h = max(DEFAULT_WAIT_MEAN_H, median_h) if mean_h is None else mean_h
     return CapacityWait(median_h, mean_h)
@@ -210,8 +284,8 @@ def _prices(
     values: _Values, warnings: list[str]
 ) -> tuple[tuple[float, float], dict[str, Any], int | None]:
     """(on-demand, spot) per node-hour, their provenance, and the catalog's GPU count."""
-    on_demand = _number(values, "on_demand_price", minimum=0, strict=True)
-    spot = _number(values, "spot_price", minimum=0, strict=True)
+    on_demand = _number(values, "on_demand_price")
+    spot = _number(values, "spot_price")
     instance, region = values.get("instance"), values.get("region")
     catalog_path = values.get("catalog")
     if instance is None and catalog_path is None and (on_demand is None or spot is None):
@@ -221,7 +295,7 @@ def _prices(
         )
     if instance is None and catalog_path is None:
         return (on_demand, spot), {"price_origin": "flags"}, None  # type: ignore[return-value]
-    max_age = _number(values, "max_price_age_days", minimum=0)
+    max_age = _number(values, "max_price_age_days")
     loaded = price_catalog.load(
         None if catalog_path is None else str(catalog_path),
         max_age_days=price_catalog.DEFAULT_MAX_AGE_DAYS if max_age is None else max_age,

@@ -60,6 +60,17 @@ def _verdict(
     scenario: Scenario, spot: Option, on_demand: Option, monte_carlo: MonteCarlo | None
 ) -> tuple[str, str, bool]:
     """(choice, headline, whether the deadline decided it)."""
+    if not math.isfinite(on_demand.cost):
+        return (
+            "on-demand",
+            (
+                "neither option is expected to finish: hardware failures come faster than "
+                "checkpoint/restart makes progress; shorten checkpoints and restarts"
+            ),
+            False,
+        )
+    if not spot.infeasible and not math.isfinite(spot.cost):
+        spot = replace(spot, infeasible="its expected time is unbounded at this preemption rate")
     if spot.infeasible:
         return (
             "on-demand",
@@ -111,6 +122,8 @@ def _verdict(
 
 
 def _slower(share: float) -> str:
+    if not math.isfinite(share):
+        return "unboundedly slower"
     return f"{share:.0%} slower" if share >= 0.005 else "as fast"
 
 
@@ -133,12 +146,21 @@ def _margin_line(scenario: Scenario, break_even: float) -> str:
         return "spot is never cheaper: its price is not below on-demand"
     if math.isinf(break_even):
         return "spot stays cheaper at any preemption rate"
-    times = break_even / scenario.preempt_rate if scenario.preempt_rate > 0 else math.inf
+    beyond = analytic.spot(scenario, break_even * (1 + 1e-6))
+    if beyond.infeasible and beyond.cost < analytic.on_demand(scenario).cost:
+        where = (
+            f"spot stops paying at {break_even:.3g} preemptions per node-hour, where "
+            "checkpoint/restart stops making progress (it would still look cheaper)"
+        )
+    else:
+        where = f"spot stops being cheaper at {break_even:.3g} preemptions per node-hour"
+    if scenario.preempt_rate <= 0:
+        return f"{where} (the rate assumed is 0)"
+    times = break_even / scenario.preempt_rate
     return (
-        f"spot stops being cheaper at {break_even:.3g} preemptions per node-hour "
-        f"({times:,.0f}x the rate assumed)"
+        f"{where} ({times:,.0f}x the rate assumed)"
         if times >= 100
-        else f"({times:.3g}x the rate assumed)"
+        else (f"{where} ({times:.3g}x the rate assumed)")
     )
 
 
@@ -197,7 +219,8 @@ def _driver(
             + (" and the cost answer flips" if flips else "")
             + (f" ({alt_spot.infeasible})" if alt_spot.infeasible and not spot.infeasible else "")
         )
-        score = math.inf if flips else abs(math.log(ratio / base)) if ratio > 0 else 0.0
+        comparable = 0 < ratio < math.inf and 0 < base < math.inf
+        score = math.inf if flips else abs(math.log(ratio / base)) if comparable else 0.0
         if best is None or score > best[0]:
             best = (score, name, line)
     assert best is not None

@@ -12,6 +12,9 @@ from clusterkit.cost.scenario import Scenario
 # of the mean time between interruptions (Daly's M = 15 min case: R/M = 0.67, tau*/M = 0.61,
 # wall time 5x the compute).
 INFEASIBLE_SHARE = 0.5
+# No job checkpoints more often than once a minute; Daly's optimum goes to 0 with free
+# checkpoints or near-continuous interruptions, and the segment count to infinity.
+MIN_INTERVAL_H = 1.0 / 60.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def evaluate(scenario: Scenario, name: str, price: float, preemption_rate: float
     rate = preemption_rate + scenario.hardware_job_rate
     mtbi = 1.0 / rate if rate > 0 else math.inf
     optimum = daly.daly_interval(scenario.checkpoint_h, mtbi)
-    interval = min(scenario.interval_h or optimum, scenario.hours)
+    interval = min(scenario.interval_h or max(optimum, MIN_INTERVAL_H), scenario.hours)
     busy = daly.wall_time(scenario.hours, interval, scenario.checkpoint_h, scenario.restart_h, mtbi)
     wait_each = scenario.capacity_wait.mean_h if scenario.capacity_wait else 0.0
     wait = busy * preemption_rate * wait_each if math.isfinite(busy) else math.inf
@@ -97,20 +100,29 @@ def on_demand(scenario: Scenario) -> Option:
     return evaluate(scenario, "on-demand", scenario.on_demand_price, 0.0)
 
 
+def spot_wins(scenario: Scenario, preempt_rate: float, target: float | None = None) -> bool:
+    """Spot is the better buy at this rate: cheaper than on-demand and still feasible (an
+    infeasible spot run is no option at any price)."""
+    target = on_demand(scenario).cost if target is None else target
+    option = spot(scenario, preempt_rate)
+    return option.infeasible is None and option.cost < target
+
+
 def break_even_rate(scenario: Scenario, *, rel_tol: float = 1e-9) -> float:
-    """Preemption rate per node-hour at which spot's expected cost equals on-demand's,
-    by bisection on a log scale. 0 when spot is never cheaper, inf when always."""
+    """Preemption rate per node-hour beyond which spot stops paying: where its expected cost
+    reaches on-demand's, or earlier where checkpoint/restart stops making progress; found by
+    bisection on a log scale. 0 when spot never wins, inf when it always does."""
     target = on_demand(scenario).cost
-    if spot(scenario, 0.0).cost >= target:
+    if not spot_wins(scenario, 0.0, target):
         return 0.0
     low, high = 0.0, max(scenario.preempt_rate, 1e-6)
-    while spot(scenario, high).cost < target:
+    while spot_wins(scenario, high, target):
         low, high = high, high * 4.0
         if high > 1e6:
             return math.inf
     while high - low > rel_tol * high:
         middle = math.sqrt(low * high) if low > 0 else high / 1e3
-        if spot(scenario, middle).cost < target:
+        if spot_wins(scenario, middle, target):
             low = middle
         else:
             high = middle

@@ -63,6 +63,12 @@ def estimate(
     if trials:
         outcome = simulate.simulate(scenario, trials, seed)
         monte_carlo, note = (None, outcome) if isinstance(outcome, str) else (outcome, None)
+    if monte_carlo is not None and monte_carlo.trials < trials:
+        warnings += (
+            f"simulated {monte_carlo.trials:,} of {trials:,} trials: each run expects many "
+            f"interruptions, and the simulation draws at most "
+            f"{simulate.MAX_LIFETIMES:,} lifetimes",
+        )
     spot_high = provenance.spot_range[1] if provenance.spot_range else None
     advice = advise(scenario, spot, on_demand, break_even, monte_carlo, spot_high=spot_high)
     return Estimate(

@@ -8,11 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from clusterkit.cost import analytic
+from clusterkit.cost import analytic, simulate
 from clusterkit.cost.estimate import Estimate
 from clusterkit.errors import UsageError
 
 SPOT_COLOR, DEMAND_COLOR, MARK_COLOR = "#1f77b4", "#d62728", "#444444"
+# The band: this many rates, each simulated with at most this many trials.
+BAND_POINTS, BAND_TRIALS = 20, 1000
 
 
 # clusterkit is installed from a checkout (there is no PyPI release under this name).
@@ -41,6 +43,25 @@ def curves(result: Estimate, points: int = 200) -> dict[str, np.ndarray]:
     }
 
 
+def band(result: Estimate, points: int = BAND_POINTS) -> dict[str, np.ndarray] | None:
+    """The Monte Carlo's p10-p90 spread of spot's cost and wall time across the plotted
+    rates (a smaller simulation at each point, same seed); None without a simulation."""
+    if result.monte_carlo is None:
+        return None
+    low, high = rate_range(result)
+    trials = min(BAND_TRIALS, result.monte_carlo.trials)
+    rows = []
+    for rate in np.geomspace(low, high, points):
+        spread = simulate.spot_band(result.scenario, float(rate), trials, result.monte_carlo.seed)
+        if spread is not None:
+            rows.append((float(rate), *spread))
+    if len(rows) < 2:
+        return None
+    table = np.array(rows)
+    names = ("rate", "cost_p10", "cost_p90", "wall_p10", "wall_p90")
+    return {name: table[:, index] for index, name in enumerate(names)}
+
+
 def write_png(result: Estimate, path: str) -> None:
     try:
         import matplotlib
@@ -49,6 +70,19 @@ def write_png(result: Estimate, path: str) -> None:
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
+
+    figure = draw(result)
+    try:
+        figure.savefig(path, dpi=130)
+    except OSError as error:
+        raise UsageError(f"--plot {path}: cannot write: {error.strerror or error}") from None
+    finally:
+        pyplot.close(figure)
+
+
+def draw(result: Estimate) -> Any:
+    """The figure (matplotlib must be importable): cost above, wall time below."""
+    from matplotlib import pyplot
     from matplotlib.ticker import FuncFormatter
 
     data = curves(result)
@@ -56,7 +90,24 @@ def write_png(result: Estimate, path: str) -> None:
     figure, (cost_axis, time_axis) = pyplot.subplots(
         2, 1, figsize=(9, 6.8), sharex=True, gridspec_kw={"height_ratios": [2.2, 1]}
     )
-    ceiling = 3.0 * max(demand.cost, result.spot.cost if math.isfinite(result.spot.cost) else 0)
+    finite = [cost for cost in (demand.cost, result.spot.cost) if math.isfinite(cost)]
+    ceiling = 3.0 * max(finite) if finite else 1.0
+    spread = band(result)
+    if spread is not None:
+        cost_axis.fill_between(
+            spread["rate"],
+            spread["cost_p10"],
+            spread["cost_p90"],
+            color=SPOT_COLOR,
+            alpha=0.25,
+            lw=0,
+            label=f"spot p10-p90 (Monte Carlo, {min(BAND_TRIALS, result.monte_carlo.trials):,}"
+            " runs per rate)",
+        )
+        time_axis.fill_between(
+            spread["rate"], spread["wall_p10"], spread["wall_p90"], color=SPOT_COLOR,
+            alpha=0.25, lw=0,
+        )  # fmt: skip
     cost_axis.plot(
         data["rate"],
         np.minimum(data["spot_cost"], 10 * ceiling),
@@ -78,14 +129,19 @@ def write_png(result: Estimate, path: str) -> None:
         axis.grid(True, which="minor", alpha=0.12)
         axis.spines[["top", "right"]].set_visible(False)
     break_even = result.break_even_rate
+    limited = False  # break-even set by spot's feasibility rather than its cost
     if 0 < break_even < math.inf:
         for axis in (cost_axis, time_axis):
             axis.axvline(break_even, color=MARK_COLOR, lw=1.2, ls=":")
-        cost_axis.plot([break_even], [demand.cost], "o", color=MARK_COLOR, ms=8, zorder=5)
+        at = analytic.spot(scenario, break_even).cost
+        limited = not math.isclose(at, demand.cost, rel_tol=1e-3)  # by feasibility, not cost
+        mark = (break_even, at if limited else demand.cost)
+        cost_axis.plot(*([value] for value in mark), "o", color=MARK_COLOR, ms=8, zorder=5)
+        words = "spot stops paying\n(infeasible beyond)" if limited else "break-even"
         cost_axis.annotate(
-            f"break-even\n{break_even:.3g}/node-h",
-            (break_even, demand.cost),
-            xytext=(10, -34),
+            f"{words}\n{break_even:.3g}/node-h",
+            mark,
+            xytext=(10, 16) if limited else (10, -34),
             textcoords="offset points",
             fontsize=9,
             color=MARK_COLOR,
@@ -127,7 +183,7 @@ def write_png(result: Estimate, path: str) -> None:
         cost_axis.text(
             break_even * 1.25,
             0.03,
-            "on-demand cheaper",
+            "on-demand better" if limited else "on-demand cheaper",
             ha="left",
             fontsize=8,
             color=DEMAND_COLOR,
@@ -136,7 +192,8 @@ def write_png(result: Estimate, path: str) -> None:
     cost_axis.set_xscale("log")
     cost_axis.set_xlim(data["rate"][0], data["rate"][-1])
     cost_axis.set_ylim(0, ceiling)
-    time_ceiling = 3.0 * max(demand.wall_h, min(result.spot.wall_h, 10 * demand.wall_h))
+    walls = [wall for wall in (demand.wall_h, result.spot.wall_h) if math.isfinite(wall)]
+    time_ceiling = 3.0 * min(max(walls), 10 * min(walls)) if walls else 1.0
     time_axis.set_ylim(0, time_ceiling)
     cost_axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"${value:,.0f}"))
     cost_axis.set_ylabel("expected cost (USD)")
@@ -161,12 +218,7 @@ def write_png(result: Estimate, path: str) -> None:
         color=MARK_COLOR,
     )
     figure.tight_layout(rect=(0, 0.02, 1, 1))
-    try:
-        figure.savefig(path, dpi=130)
-    except OSError as error:
-        raise UsageError(f"--plot {path}: cannot write: {error.strerror or error}") from None
-    finally:
-        pyplot.close(figure)
+    return figure
 
 
 def _shade_infeasible(axis: Any, data: dict[str, np.ndarray]) -> None:

@@ -46,16 +46,31 @@ def parse_rate(text: str, origin: str = "flag") -> RateSource:
                 "instance-hour measured in public traces): treat the answer as optimistic"
             ),
         )
+    if re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?%", cleaned):
+        return _monthly_share(text, cleaned[:-1])
     try:
         rate = float(cleaned.removesuffix("/h"))
     except ValueError:
         rate = math.nan
     if not (math.isfinite(rate) and rate >= 0):
         raise UsageError(
-            f"--preempt-rate {text}: not a rate per node-hour nor an advisor bucket "
-            f"(buckets: {', '.join(ADVISOR_BUCKETS)})"
+            f"--preempt-rate {text}: not a rate per node-hour, a monthly share such as 5%, "
+            f"nor an advisor bucket (buckets: {', '.join(ADVISOR_BUCKETS)})"
         )
     return RateSource(rate, origin)
+
+
+def _monthly_share(text: str, number: str) -> RateSource:
+    """`5%`: the share of instances reclaimed in a month, as AWS's advisor states it."""
+    try:
+        share = float(number) / 100.0
+    except ValueError:
+        share = math.nan
+    if not 0 <= share < 1:
+        raise UsageError(
+            f"--preempt-rate {text}: a monthly interruption share must lie from 0% to below 100%"
+        )
+    return RateSource(bucket_rate(share), f"monthly interruption share {number}%")
 
 
 _HEADER = re.compile(r"#\s*(nodes|hours)\s*:\s*(\S+)\s*$", re.IGNORECASE)

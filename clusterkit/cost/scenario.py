@@ -11,6 +11,9 @@ from clusterkit.errors import UsageError
 HARDWARE_RATE_PER_GPU_HOUR = 1.6e-4 / 8
 PREEMPTIBLE_LIFETIME_H = 24.0
 HAZARDS = ("exponential", "weibull:K", "preemptible24h")
+# Weibull shapes people fit to interruption data lie well inside this; outside it the
+# scale's gamma function overflows.
+MIN_WEIBULL_SHAPE, MAX_WEIBULL_SHAPE = 0.1, 10.0
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,10 @@ class Hazard:
                 shape = float(arg)
             except ValueError:
                 shape = math.nan
-            if not (shape > 0 and math.isfinite(shape)):
+            if not MIN_WEIBULL_SHAPE <= shape <= MAX_WEIBULL_SHAPE:
                 raise UsageError(
-                    f"--hazard {text}: Weibull needs a positive shape, e.g. weibull:0.7"
+                    f"--hazard {text}: Weibull needs a shape from {MIN_WEIBULL_SHAPE:g} to "
+                    f"{MAX_WEIBULL_SHAPE:g}, e.g. weibull:0.7"
                 )
             return cls("weibull", shape)
         raise UsageError(f"--hazard {text}: unknown hazard (known: {', '.join(HAZARDS)})")

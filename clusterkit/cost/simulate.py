@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,10 +20,26 @@ from clusterkit.cost.scenario import PREEMPTIBLE_LIFETIME_H, CapacityWait, Hazar
 
 # Beyond this many expected interruptions per trial the job is hopeless and the loop slow.
 MAX_EXPECTED_INTERRUPTIONS = 20_000
+# --trials accepts at most this many; more would not move a percentile anyone reads.
+MAX_TRIALS = 1_000_000
+# Trials run in chunks of this many, so the working arrays stay a few MB whatever --trials is.
+CHUNK_TRIALS = 100_000
+# Work bound: trials x (expected interruptions + 1) lifetimes drawn, about 10 s on one core.
+MAX_LIFETIMES = 20_000_000
 
 
-@dataclass(frozen=True)
-class Runs:
+class Unfinished(Exception):
+    """Some simulated run was still going after the round limit: with a 24 h lifetime cap or
+    a very heavy-tailed hazard, a run can need far more interruptions than the mean rate says,
+    or never finish at all."""
+
+
+def round_limit(expected_interruptions: float) -> int:
+    """Interruptions a run may take before the simulation gives up on it."""
+    return int(10 * (expected_interruptions + 1)) + 200
+
+
+class Runs(NamedTuple):
     """Per-trial outcomes for one option."""
 
     busy_h: np.ndarray  # billed hours
@@ -34,9 +51,11 @@ class Runs:
 @dataclass(frozen=True)
 class Summary:
     mean_wall_h: float
+    p10_wall_h: float
     p50_wall_h: float
     p90_wall_h: float
     mean_cost: float
+    p10_cost: float
     p50_cost: float
     p90_cost: float
     mean_interruptions: float
@@ -70,6 +89,40 @@ def run(
     interval_h: float,
     hazard: Hazard,
     capacity_wait: CapacityWait | None,
+    max_rounds: int,
+) -> Runs:
+    """`trials` runs of one option, CHUNK_TRIALS at a time (bounded working memory); raises
+    Unfinished when some run is still going after `max_rounds` interruptions."""
+    chunks = [
+        _run_chunk(
+            rng,
+            min(CHUNK_TRIALS, trials - start),
+            scenario,
+            price=price,
+            preemption_job_rate=preemption_job_rate,
+            interval_h=interval_h,
+            hazard=hazard,
+            capacity_wait=capacity_wait,
+            max_rounds=max_rounds,
+        )
+        for start in range(0, trials, CHUNK_TRIALS)
+    ]
+    if len(chunks) == 1:
+        return chunks[0]
+    return Runs(*(np.concatenate([getattr(c, name) for c in chunks]) for name in Runs._fields))
+
+
+def _run_chunk(
+    rng: np.random.Generator,
+    trials: int,
+    scenario: Scenario,
+    *,
+    price: float,
+    preemption_job_rate: float,
+    interval_h: float,
+    hazard: Hazard,
+    capacity_wait: CapacityWait | None,
+    max_rounds: int,
 ) -> Runs:
     """Simulate `trials` runs of one option; `preemption_job_rate` is the nominal job-level
     preemption rate (0 for on-demand) before the hazard's 24 h cap."""
@@ -83,7 +136,11 @@ def run(
     done_segments = np.zeros(trials, dtype=np.int64)
     active = np.arange(trials)
     restart = 0.0  # the first lifetime starts the job, later ones restart it
+    rounds = 0
     while active.size:
+        rounds += 1
+        if rounds > max_rounds:
+            raise Unfinished(max_rounds)
         count = active.size
         preempt_at = lifetimes(rng, count, preemption_job_rate, hazard)
         fail_at = rng.exponential(1.0 / hardware, count) if hardware > 0 else np.inf
@@ -106,13 +163,15 @@ def run(
 
 
 def summarize(runs: Runs, deadline_h: float | None) -> Summary:
-    wall50, wall90 = np.percentile(runs.wall_h, [50, 90])
-    cost50, cost90 = np.percentile(runs.cost, [50, 90])
+    wall10, wall50, wall90 = np.percentile(runs.wall_h, [10, 50, 90])
+    cost10, cost50, cost90 = np.percentile(runs.cost, [10, 50, 90])
     return Summary(
         mean_wall_h=float(runs.wall_h.mean()),
+        p10_wall_h=float(wall10),
         p50_wall_h=float(wall50),
         p90_wall_h=float(wall90),
         mean_cost=float(runs.cost.mean()),
+        p10_cost=float(cost10),
         p50_cost=float(cost50),
         p90_cost=float(cost90),
         mean_interruptions=float(runs.interruptions.mean()),
@@ -138,33 +197,43 @@ def simulate(scenario: Scenario, trials: int, seed: int) -> MonteCarlo | str:
     for option in (spot_option, demand_option):
         if not option.interruptions <= MAX_EXPECTED_INTERRUPTIONS:
             return (
-                f"not simulated: {option.name} expects {option.interruptions:.3g} "
+                f"not simulated: {option.name} expects {_many(option.interruptions)} "
                 f"interruptions per run"
             )
+    per_trial = 2.0 + spot_option.interruptions + demand_option.interruptions
+    trials = max(1, min(trials, MAX_TRIALS, int(MAX_LIFETIMES / per_trial)))
     spot_rng, demand_rng = (
         np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(2)
     )
     nominal = scenario.nodes * scenario.preempt_rate / scenario.effective_correlation
-    spot_runs = run(
-        spot_rng,
-        trials,
-        scenario,
-        price=scenario.spot_price,
-        preemption_job_rate=nominal,
-        interval_h=spot_option.interval_h,
-        hazard=scenario.hazard,
-        capacity_wait=scenario.capacity_wait,
-    )
-    demand_runs = run(
-        demand_rng,
-        trials,
-        scenario,
-        price=scenario.on_demand_price,
-        preemption_job_rate=0.0,
-        interval_h=demand_option.interval_h,
-        hazard=Hazard(),
-        capacity_wait=None,
-    )
+    try:
+        spot_runs = run(
+            spot_rng,
+            trials,
+            scenario,
+            price=scenario.spot_price,
+            preemption_job_rate=nominal,
+            interval_h=spot_option.interval_h,
+            hazard=scenario.hazard,
+            capacity_wait=scenario.capacity_wait,
+            max_rounds=round_limit(spot_option.interruptions),
+        )
+        demand_runs = run(
+            demand_rng,
+            trials,
+            scenario,
+            price=scenario.on_demand_price,
+            preemption_job_rate=0.0,
+            interval_h=demand_option.interval_h,
+            hazard=Hazard(),
+            capacity_wait=None,
+            max_rounds=round_limit(demand_option.interruptions),
+        )
+    except Unfinished as limit:
+        return (
+            f"not simulated: some runs were unfinished after {limit.args[0]:,} interruptions "
+            f"(hazard {scenario.hazard}: a checkpoint segment may outlast every lifetime)"
+        )
     return MonteCarlo(
         trials=trials,
         seed=seed,
@@ -172,3 +241,34 @@ def simulate(scenario: Scenario, trials: int, seed: int) -> MonteCarlo | str:
         on_demand=summarize(demand_runs, scenario.deadline_h),
         p_spot_costs_more=float((spot_runs.cost > demand_runs.cost).mean()),
     )
+
+
+def spot_band(
+    scenario: Scenario, preempt_rate: float, trials: int, seed: int
+) -> tuple[float, float, float, float] | None:
+    """(p10 cost, p90 cost, p10 wall, p90 wall) of spot at another preemption rate, for the
+    plot's band; None where spot is infeasible or one point would draw too many lifetimes."""
+    option = analytic.spot(scenario, preempt_rate)
+    if option.infeasible or not option.interruptions * trials <= MAX_LIFETIMES / 10:
+        return None
+    try:
+        runs = run(
+            np.random.default_rng(seed),
+            trials,
+            scenario,
+            price=scenario.spot_price,
+            preemption_job_rate=scenario.nodes * preempt_rate / scenario.effective_correlation,
+            interval_h=option.interval_h,
+            hazard=scenario.hazard,
+            capacity_wait=scenario.capacity_wait,
+            max_rounds=round_limit(option.interruptions),
+        )
+    except Unfinished:
+        return None
+    cost10, cost90 = np.percentile(runs.cost, [10, 90])
+    wall10, wall90 = np.percentile(runs.wall_h, [10, 90])
+    return float(cost10), float(cost90), float(wall10), float(wall90)
+
+
+def _many(count: float) -> str:
+    return f"{count:.3g}" if math.isfinite(count) else "unboundedly many"

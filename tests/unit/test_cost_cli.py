@@ -77,9 +77,11 @@ def test_json_has_every_input_and_output(capsys) -> None:
     assert analytic["break_even_preempt_rate_per_node_hour"] > 0.02
     summary_keys = {
         "mean_wall_h",
+        "p10_wall_h",
         "p50_wall_h",
         "p90_wall_h",
         "mean_cost",
+        "p10_cost",
         "p50_cost",
         "p90_cost",
         "mean_interruptions",

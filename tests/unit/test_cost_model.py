@@ -114,7 +114,9 @@ def test_infeasible_when_restart_approaches_mtbi() -> None:
 
 
 def test_break_even_costs_are_equal() -> None:
-    scenario = daly_case(24.0, nodes=4, preempt_rate=0.01, correlation=2, hardware_rate=None)
+    scenario = daly_case(
+        24.0, nodes=4, preempt_rate=0.01, correlation=2, hardware_rate=None, spot_price=2.0
+    )
     rate = analytic.break_even_rate(scenario)
     assert 0.01 < rate < math.inf
     spot, demand = analytic.spot(scenario, rate), analytic.on_demand(scenario)
@@ -124,6 +126,16 @@ def test_break_even_costs_are_equal() -> None:
         < demand.cost
         < analytic.spot(scenario, rate * 1.1).cost
     )
+
+
+def test_break_even_stops_where_spot_becomes_infeasible_even_if_cheaper() -> None:
+    """Very cheap spot still looks cheaper where checkpoint/restart no longer makes progress:
+    break-even is then the start of the infeasible range, never to the right of it."""
+    scenario = daly_case(24.0, nodes=4, preempt_rate=0.01, spot_price=0.3)
+    rate = analytic.break_even_rate(scenario)
+    assert analytic.spot(scenario, rate * 0.99).infeasible is None
+    beyond = analytic.spot(scenario, rate * 1.01)
+    assert beyond.infeasible and beyond.cost < analytic.on_demand(scenario).cost
 
 
 def test_break_even_zero_when_spot_not_cheaper() -> None:
