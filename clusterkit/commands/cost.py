@@ -51,7 +51,7 @@ class Limit:
 
 LIMITS = {
     "nodes": Limit(1, 100_000),
-    "gpus_per_node": Limit(1, 64),
+    "gpus_per_node": Limit(1, 1024),  # as the inventory reader allows
     "hours": Limit(0, 100_000, low_open=True, unit=" h"),
     "checkpoint_min": Limit(0, 10_080, unit=" min"),
     "restart_min": Limit(0, 10_080, unit=" min"),

@@ -93,7 +93,7 @@ def draw(result: Estimate) -> Any:
     finite = [cost for cost in (demand.cost, result.spot.cost) if math.isfinite(cost)]
     ceiling = 3.0 * max(finite) if finite else 1.0
     spread = band(result)
-    if spread is not None:
+    if spread is not None and result.monte_carlo is not None:
         cost_axis.fill_between(
             spread["rate"],
             spread["cost_p10"],
