@@ -41,10 +41,16 @@ class NeedsAnsible(Exception):
         self.path, self.why, self.line = path, why, line
 
 
-def add_source(builder: GraphBuilder, source: str) -> None:
-    """Add one `-i` source (file or directory) to the graph."""
+def add_source(builder: GraphBuilder, source: str, within: tuple[str, ...] = ()) -> None:
+    """Add one `-i` source (file or directory) to the graph; `within` are the real paths of
+    the directories being read, so a symlink back into one is refused, not followed forever."""
     if os.path.isdir(source):
-        _add_directory(builder, source)
+        real = os.path.realpath(source)
+        if real in within:
+            raise InventoryError(
+                source, f"directory loop: this is {real} again", hint="remove the symlink"
+            )
+        _add_directory(builder, source, (*within, real))
     elif os.path.isfile(source):
         _add_file(builder, source)
     elif os.path.exists(source):
@@ -63,11 +69,11 @@ def vars_base_dir(source: str) -> str:
     return real if os.path.isdir(real) else os.path.dirname(real)
 
 
-def _add_directory(builder: GraphBuilder, directory: str) -> None:
+def _add_directory(builder: GraphBuilder, directory: str, within: tuple[str, ...]) -> None:
     for entry in sorted(os.listdir(directory)):
         if _IGNORED.search(entry):
             continue
-        add_source(builder, os.path.join(directory, entry))
+        add_source(builder, os.path.join(directory, entry), within)
 
 
 def _add_file(builder: GraphBuilder, path: str) -> None:

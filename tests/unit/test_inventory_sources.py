@@ -76,3 +76,12 @@ def test_a_host_named_like_a_group_is_warned_about(tmp_path: Path) -> None:
     inventory.write_text("[gpu]\nn1\n[web]\ngpu\n")
     loaded = load_target(parse(["check", str(inventory)]))
     assert f"{inventory}:4: found both a group and a host named 'gpu'" in loaded.warnings
+
+
+def test_a_symlink_loop_in_a_directory_is_refused_shortly(tmp_path: Path) -> None:
+    (tmp_path / "inv" / "sub").mkdir(parents=True)
+    (tmp_path / "inv" / "hosts").write_text("n1\n")
+    (tmp_path / "inv" / "sub" / "up").symlink_to("..")
+    with pytest.raises(InventoryError) as caught:
+        load_target(parse(["check", str(tmp_path / "inv")]))
+    assert str(caught.value).startswith(f"{tmp_path / 'inv' / 'sub' / 'up'}: directory loop")
