@@ -17,23 +17,36 @@ import docker.errors
 from docker.utils import kwargs_from_env
 from rich.console import Console
 
-from clusterkit.errors import ExternalToolError
+from clusterkit.errors import ExternalToolError, StageError
 
-API_TIMEOUT = 900  # seconds per engine request; a torch layer push can be long
+API_TIMEOUT = 900  # seconds per engine request once connected; a torch layer push is long
+# Connect, version negotiation and ping: an engine that answers at all answers in well under
+# this, and a DOCKER_HOST pointing at a silent port must not hold the command for minutes.
+CONNECT_TIMEOUT = 5.0
 
 
-def api_client(timeout: int = API_TIMEOUT) -> docker.APIClient:
-    """Engine from DOCKER_HOST (or the default socket); fails with where it looked."""
+class EngineUnavailable(StageError):
+    """No Docker engine answered: the step could not run (exit 3), nothing was decided."""
+
+
+def api_client(
+    timeout: int = API_TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT
+) -> docker.APIClient:
+    """Engine from DOCKER_HOST (or the default socket), reached and pinged within
+    `connect_timeout`; only then are requests allowed `timeout` seconds. An engine that cannot
+    be reached is exit 3 (could not run), naming where it looked."""
     options = kwargs_from_env()
     where = options.get("base_url") or "unix:///var/run/docker.sock"
     try:
-        client = docker.APIClient(timeout=timeout, version="auto", **options)
+        client = docker.APIClient(timeout=connect_timeout, version="auto", **options)
         client.ping()
     except Exception as error:  # any failure to reach the engine is one error for the user
-        raise ExternalToolError(
-            f"cannot reach the Docker engine at {where}: {error}",
+        detail = " ".join(str(error).split())[:300]
+        raise EngineUnavailable(
+            f"cannot reach the Docker engine at {where} within {connect_timeout:g}s: {detail}",
             hint="start dockerd or set DOCKER_HOST",
         ) from None
+    client.timeout = timeout
     return client
 
 
