@@ -121,8 +121,12 @@ def test_the_range_limit_can_be_raised_and_lowered(
     inventory.write_text("all:\n  hosts:\n    n[1:150000]:\n")
     with pytest.raises(InventoryError, match="more than 100000 hosts"):
         load_inventory(inventory)
-    monkeypatch.setenv("CLUSTERKIT_MAX_RANGE_HOSTS", "200000")
-    assert len(load_inventory(inventory).hosts) == 150000
+    monkeypatch.setenv("CLUSTERKIT_MAX_RANGE_HOSTS", "150")
+    inventory.write_text("all:\n  hosts:\n    n[1:150]:\n")
+    assert len(load_inventory(inventory).hosts) == 150
+    inventory.write_text("all:\n  hosts:\n    n[1:151]:\n")
+    with pytest.raises(InventoryError, match="more than 150 hosts"):
+        load_inventory(inventory)
     monkeypatch.setenv("CLUSTERKIT_MAX_RANGE_HOSTS", "10")
     inventory.write_text("all:\n  hosts:\n    n[a:c][1:4]:\n")
     with pytest.raises(InventoryError, match=r"\[1:4\].*more than 10 hosts"):
