@@ -171,9 +171,50 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         help="print the provisioning commands that fix the current findings",
     )
     _add_bench_gate_options(parser)
+    _add_slurm_options(parser)
     _add_connection_options(parser)
     _add_report_options(parser)
     parser.set_defaults(handler="clusterkit.commands.check:run")
+
+
+def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("slurm (see docs/slurm.md)")
+    group.add_argument(
+        "--slurm",
+        action="store_true",
+        help="check the nodes of this Slurm allocation (SLURM_JOB_NODELIST)",
+    )
+    group.add_argument(
+        "--slurm-nodes",
+        default=None,
+        metavar="HOSTLIST",
+        help="check these Slurm nodes (hostlist syntax, e.g. gpu[001-004,007])",
+    )
+    group.add_argument(
+        "--slurm-partition",
+        default=None,
+        metavar="PARTITION",
+        help="check every node of a Slurm partition",
+    )
+    group.add_argument(
+        "--settings",
+        default=None,
+        metavar="FILE",
+        help="YAML file with a `clusterkit:` mapping (pins, ports, bench), for --slurm*",
+    )
+    group.add_argument(
+        "--transport",
+        choices=("ssh", "srun"),
+        default=None,
+        help="how to reach Slurm nodes: srun job steps (default inside an allocation) or ssh "
+        "(default outside one)",
+    )
+    group.add_argument(
+        "--exclude-file",
+        default=None,
+        metavar="FILE",
+        help="on failure, write the failing nodes there, comma-separated (for sbatch --exclude)",
+    )
 
 
 def _add_node_check(sub: argparse._SubParsersAction) -> None:

@@ -8,19 +8,20 @@ import time
 from typing import TextIO
 
 from clusterkit.checks.model import Status
-from clusterkit.commands.common import checked_session, load_target
+from clusterkit.commands.common import checked_session, load_targets
 from clusterkit.remedy import command_of
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
+from clusterkit.slurm.check import write_exclude_file
 from clusterkit.stages import build_report
 from clusterkit.status import ExitStatus
 
 
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
-    inventory = load_target(args)
+    inventory, slurm = load_targets(args)
     with progress() as bar:
-        session = checked_session(args, inventory, bar)
+        session = checked_session(args, inventory, bar, slurm)
         session.close()
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
     if args.fix_plan:
@@ -30,6 +31,8 @@ def run(args: argparse.Namespace) -> ExitStatus:
         # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
         to_stderr = args.format == "junit" and not args.output
         print_fix_plan(report.fix_plan, sys.stderr if to_stderr else sys.stdout)
+    if args.exclude_file:
+        write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status
 
 

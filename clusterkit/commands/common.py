@@ -8,8 +8,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from clusterkit.checks.parity import torch_cuda
+from clusterkit.errors import UsageError
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.remedy import with_stage_fixes
+from clusterkit.slurm.check import slurm_stages
+from clusterkit.slurm.target import SlurmTarget, slurm_target, wants_slurm
 from clusterkit.stages import Session, Stage, run_stages
 from clusterkit.stages.bench import BenchStage
 from clusterkit.stages.connect import ConnectStage
@@ -26,14 +29,32 @@ if TYPE_CHECKING:  # the launcher is imported only when the bench runs
 
 def load_target(args: argparse.Namespace) -> Inventory:
     """The inventory named on the command line (limited), or this machine."""
+    return load_targets(args)[0]
+
+
+def load_targets(args: argparse.Namespace) -> tuple[Inventory, SlurmTarget | None]:
+    """The hosts to act on: Slurm's nodes with --slurm* (an inventory, if given, supplies the
+    settings and SSH parameters), else the inventory (limited), else this machine."""
     sources = inventory_sources(args)
     via_ansible = getattr(args, "inventory_via_ansible", False)
-    inventory = load_inventory(sources, via_ansible=via_ansible) if sources else local_inventory()
-    for warning in inventory.warnings:  # keys Ansible would also ignore: say so, once
+    inventory = load_inventory(sources, via_ansible=via_ansible) if sources else None
+    for warning in inventory.warnings if inventory else ():  # Ansible would warn too: once
         print(f"clusterkit: warning: {warning}", file=sys.stderr)
+    if wants_slurm(args):
+        target = slurm_target(args, inventory)
+        inventory = target.inventory
+    else:
+        if getattr(args, "settings", None):
+            raise UsageError("--settings goes with --slurm, --slurm-nodes or --slurm-partition")
+        if getattr(args, "transport", None) == "srun":
+            raise UsageError(
+                "--transport srun needs Slurm nodes: add --slurm, --slurm-nodes or "
+                "--slurm-partition"
+            )
+        target, inventory = None, inventory or local_inventory()
     if getattr(args, "limit", None):
         inventory = select_hosts(inventory, args.limit)
-    return inventory
+    return inventory, target
 
 
 def inventory_sources(args: argparse.Namespace) -> list[str]:
@@ -82,9 +103,15 @@ def check_stages(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
     ]
 
 
-def checked_session(args: argparse.Namespace, inventory: Inventory, bar: ProgressSink) -> Session:
+def checked_session(
+    args: argparse.Namespace,
+    inventory: Inventory,
+    bar: ProgressSink,
+    slurm: SlurmTarget | None = None,
+) -> Session:
     """A session over `inventory` with every stage of the check run; its connections stay
-    open for the caller to use and close (closed here when the check itself raises)."""
+    open for the caller to use and close (closed here when the check itself raises). On
+    Slurm nodes with the srun transport, each node stage runs in one job step."""
     # No deadline for the whole run: each stage has its own bound (connect: per host).
     session = Session(
         inventory,
@@ -93,7 +120,7 @@ def checked_session(args: argparse.Namespace, inventory: Inventory, bar: Progres
         progress=bar,
     )
     try:
-        run_stages(session, check_stages(args, inventory))
+        run_stages(session, slurm_stages(args, slurm, check_stages(args, inventory)))
     except BaseException:
         session.close()
         raise

@@ -1,0 +1,68 @@
+"""What `check --slurm*` changes in `check`: the target, the transport, the exclude list."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from clusterkit.checks.model import Status
+from clusterkit.errors import UsageError
+from clusterkit.report import Report
+from clusterkit.slurm.allocation import open_srun_session
+from clusterkit.slurm.stages import InStep, SrunConnectStage
+from clusterkit.slurm.target import SlurmTarget
+from clusterkit.stages.base import Stage
+from clusterkit.transport.srun import STEP_SECONDS
+
+NODE_STAGES = ("probe", "network", "image", "bench")  # act on the nodes: one step each
+STEP_MARGIN = 30.0  # a phase's step outlives the stage's own bound by this much
+
+
+def transport_for(args: argparse.Namespace, target: SlurmTarget) -> str:
+    """ssh or srun: srun by default inside the allocation that holds the nodes."""
+    return getattr(args, "transport", None) or ("srun" if target.job_id else "ssh")
+
+
+def slurm_stages(
+    args: argparse.Namespace, target: SlurmTarget | None, stages: Sequence[Stage]
+) -> list[Stage]:
+    """The check's stages as they run on this target: unchanged over SSH; over srun, the
+    connect stage hands out srun transports (closing them ends the steps and any allocation
+    of our own) and each node stage runs in one job step."""
+    if target is None or transport_for(args, target) == "ssh":
+        return list(stages)
+    srun = open_srun_session(target.inventory, target.job_id)
+    return [
+        SrunConnectStage(srun, target.source)
+        if stage.name == "connect"
+        else InStep(stage, srun, _bound(stage))
+        if stage.name in NODE_STAGES
+        else stage
+        for stage in stages
+    ]
+
+
+def _bound(stage: Stage) -> float:
+    seconds = getattr(stage, "seconds", None)
+    return float(seconds) + STEP_MARGIN if seconds else STEP_SECONDS
+
+
+def failing_hosts(report: Report, hosts: Sequence[str]) -> list[str]:
+    """Hosts named by a failed or errored finding, in inventory order."""
+    named = {
+        host
+        for finding in report.findings
+        if finding.status in (Status.FAIL, Status.ERROR)
+        for host in finding.hosts or ()
+    }
+    return [host for host in hosts if host in named]
+
+
+def write_exclude_file(path: str, report: Report, hosts: Sequence[str]) -> None:
+    """The failing nodes, comma-separated, for `sbatch --exclude=` (empty on a pass)."""
+    names = failing_hosts(report, hosts) if report.exit_status != 0 else []
+    try:
+        Path(path).write_text(",".join(names) + ("\n" if names else ""))
+    except OSError as error:
+        raise UsageError(f"{path}: cannot write the exclude list: {error.strerror}") from None

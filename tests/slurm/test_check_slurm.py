@@ -1,0 +1,234 @@
+"""`clusterkit check --slurm` on a real Slurm: inside sbatch allocations, over srun steps."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.slurmcluster import SlurmCluster
+
+VENV_BIN = str(Path(sys.executable).parent)
+SWEEP = {"minbytes": "256K", "maxbytes": "512K", "iters": 3, "warmup_iters": 1}
+# Volatile facts: they differ between two probes of the same node a second apart.
+VOLATILE = {
+    "seconds", "boot_id", "clock", "pid", "uptime", "load", "temperature.gpu", "available_bytes",
+}  # fmt: skip
+
+
+def settings_file(tmp_path: Path, **extra: Any) -> Path:
+    path = tmp_path / "clusterkit.yaml"
+    path.write_text(yaml.safe_dump({"clusterkit": {"interface": "eth0", "bench": SWEEP, **extra}}))
+    return path
+
+
+def job_env(slurm: SlurmCluster) -> dict[str, str]:
+    """What a user's job sees: the venv first on PATH (clusterkit, torchrun)."""
+    return {"PATH": f"{VENV_BIN}:{os.environ['PATH']}", "SLURM_CONF": str(slurm.conf)}
+
+
+def sbatch_check(
+    slurm: SlurmCluster, tmp_path: Path, *args: str
+) -> tuple[int, dict[str, Any], str]:
+    """Run `clusterkit check --slurm` as the batch script of a real 3-node job."""
+    report, log = tmp_path / "report.json", tmp_path / "job.log"
+    script = tmp_path / "check.sbatch"
+    command = " ".join(["clusterkit", "check", "--slurm", "--format", "json", *args])
+    script.write_text(f"#!/bin/sh\n{command} --output {report}\n")
+    job = slurm.sbatch(script, "-N3", f"--output={log}", env=job_env(slurm))
+    slurm.wait_job(job, timeout=300)
+    status = int(_exit_code(slurm, job))
+    assert report.exists(), log.read_text()
+    return status, json.loads(report.read_text()), log.read_text()
+
+
+def _exit_code(slurm: SlurmCluster, job: int) -> str:
+    text = slurm.run(["scontrol", "show", "job", str(job)]).stdout
+    for word in text.split():
+        if word.startswith("ExitCode="):
+            return word.split("=", 1)[1].split(":")[0]
+    raise AssertionError(f"no ExitCode for job {job}: {text}")
+
+
+def findings(report: dict[str, Any], status: str) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["status"] == status]
+
+
+@contextlib.contextmanager
+def allocation(slurm: SlurmCluster) -> Iterator[dict[str, str]]:
+    """A running 3-node allocation and the environment of a shell inside it (as salloc)."""
+    job = slurm.run(
+        ["sbatch", "--parsable", "-N3", "--output=/dev/null", "--wrap", "sleep 600"]
+    ).stdout.strip()
+    deadline = time.monotonic() + 30
+    while slurm.job_state(int(job)) != "RUNNING":
+        assert time.monotonic() < deadline, "allocation not granted"
+        time.sleep(0.05)
+    try:
+        yield {
+            **os.environ,
+            **job_env(slurm),
+            "SLURM_JOB_ID": job,
+            "SLURM_JOB_NODELIST": "node[1-3]",
+        }
+    finally:
+        slurm.run(["scancel", job], check=False)
+
+
+def check_in(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "check", "--format", "json", *args],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+# Slurm's own daemons, and the allocation a test holds (its batch script and sleep).
+SLURM_OWN = ("slurmd ", "slurmstepd", "sleep 600", "/bin/sh /", "sleep 100000000")
+
+
+def left_behind(slurm: SlurmCluster) -> list[str]:
+    """Every process on the nodes that is not Slurm's own or the test's allocation."""
+    return [
+        f"{node.name}: {p.command[:100]}"
+        for node in slurm.net.nodes
+        for p in node.processes()
+        if not " ".join(p.argv).startswith(SLURM_OWN)
+    ]
+
+
+def test_healthy_allocation_passes_every_stage_over_srun(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    status, report, log = sbatch_check(slurm, tmp_path, "--settings", str(settings_file(tmp_path)))
+    bad = findings(report, "fail") + findings(report, "error")
+    assert status == 0, (bad, log)
+    assert set(report["hosts"]) == {"node1", "node2", "node3"}
+    for name, entry in report["hosts"].items():
+        assert entry["facts"]["hostname"]["hostname"] == name  # really that node
+        assert entry["facts"]["gpus"]["count"] == 8
+    assert report["stages"]["network"] == "ran" and report["stages"]["bench"] == "ran"
+    reachable = [f for f in report["findings"] if f["id"] == "host.reachable"]
+    assert "srun" in reachable[0]["message"]
+    result = report["details"]["bench"]["result"]
+    assert len({device["host"] for device in result["devices"]}) == 3
+    assert slurm.steps() == []
+
+
+def test_broken_nodes_fail_by_name(slurm: SlurmCluster, tmp_path: Path) -> None:
+    node1, node2, node3 = slurm.net.nodes
+    node2.set_gpus(driver="535.129.03", cuda="12.2")  # driver mismatch
+    node3.set_gpus(mode="hang")  # nvidia-smi never answers
+    # node2 refuses new connections from node1 (the mesh, torch's ports), slurmd's excepted.
+    node2.iptables(
+        "-I", "INPUT", "-p", "tcp", "-s", node1.address, "--dport", "1024:65535",
+        "-m", "conntrack", "--ctstate", "NEW", "-j", "REJECT",
+    )  # fmt: skip
+    node2.iptables("-I", "INPUT", "-p", "tcp", "--dport", "6818", "-j", "ACCEPT")
+    exclude = tmp_path / "exclude"
+    status, report, log = sbatch_check(
+        slurm, tmp_path, "--settings", str(settings_file(tmp_path)), "--exclude-file", str(exclude)
+    )
+    assert status == 1, log
+    by_id = {f["id"]: f for f in findings(report, "fail") + findings(report, "error")}
+    assert by_id["parity.driver"]["hosts"] == ["node2"]
+    hung = [f for f in by_id.values() if f["id"].startswith("gpu.") and "node3" in f["hosts"]]
+    assert hung, by_id
+    assert "node2" in by_id["net.mesh"]["hosts"]
+    assert "network stage failed" in report["stages"]["bench"]
+    assert {"node2", "node3"} <= set(exclude.read_text().strip().split(","))
+    assert slurm.steps() == []
+    assert left_behind(slurm) == []
+
+
+def test_node_whose_slurmd_cannot_be_reached_is_named_and_the_others_checked(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """srun aborts a whole step when one node cannot launch it: the phase goes on without
+    that node, which is reported by name (exit 3), as an unreachable host over SSH."""
+    slurm.net["node3"].iptables("-I", "INPUT", "-p", "tcp", "--dport", "6818", "-j", "REJECT")
+    with allocation(slurm) as env:
+        status, report = check_in(
+            env, "--slurm", "--settings", str(settings_file(tmp_path)), "--skip", "bench"
+        )
+    errors = findings(report, "error")
+    assert status == 3, errors
+    assert {tuple(f["hosts"]) for f in errors if f["id"] == "probe.ran"} == {("node3",)}, errors
+    assert report["hosts"]["node1"]["facts"]["hostname"]["hostname"] == "node1"
+    assert report["hosts"]["node2"]["facts"]["hostname"]["hostname"] == "node2"
+    assert slurm.steps() == []
+
+
+def test_srun_gives_the_same_facts_and_findings_as_ssh(slurm: SlurmCluster, tmp_path: Path) -> None:
+    slurm.net["node3"].set_gpus(ecc_errors={1: 4})
+    inventory = slurm.net.inventory(tmp_path / "inv.yaml", clusterkit={"interface": "eth0"})
+    with allocation(slurm) as env:
+        results = {
+            transport: check_in(
+                env, str(inventory), "--slurm", "--transport", transport, "--skip", "bench"
+            )
+            for transport in ("srun", "ssh")
+        }
+    (srun_status, srun), (ssh_status, ssh) = results["srun"], results["ssh"]
+    assert srun_status == ssh_status == 1
+
+    def verdicts(report: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...]]]:
+        return {
+            (f["id"], f["status"], tuple(f["hosts"] or ()))
+            for f in report["findings"]
+            if f["id"] != "host.reachable"
+        }
+
+    assert verdicts(srun) == verdicts(ssh)
+    for host in ("node1", "node2", "node3"):
+        a, b = srun["hosts"][host]["facts"], ssh["hosts"][host]["facts"]
+        assert set(a) == set(b)
+        for section in a:
+            if section in VOLATILE:
+                continue
+            assert _stable(a[section]) == _stable(b[section]), (host, section)
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_during_the_check_leaves_no_step(
+    slurm: SlurmCluster, tmp_path: Path, sig: signal.Signals, status: int
+) -> None:
+    slurm.net["node2"].set_gpus(mode="hang")  # the probe step lasts the nvidia-smi timeout
+    with allocation(slurm) as env:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "clusterkit", "check", "--slurm", "--format", "json",
+             "--settings", str(settings_file(tmp_path))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not any("clusterkit-probe" in step for step in slurm.steps()):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no probe step appeared"
+            time.sleep(0.05)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == status, stderr
+        assert slurm.steps() == []
+        deadline = time.monotonic() + 10
+        while left_behind(slurm):
+            assert time.monotonic() < deadline, left_behind(slurm)
+            time.sleep(0.05)

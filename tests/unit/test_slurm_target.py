@@ -1,0 +1,118 @@
+"""Which nodes and settings `check --slurm*` takes, and its errors (no Slurm needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.errors import ConfigError, UsageError
+from clusterkit.inventory import load_inventory
+from clusterkit.report import Report
+from clusterkit.slurm.check import failing_hosts
+from clusterkit.slurm.target import slurm_target
+
+NO_SLURM = {"PATH": "/nonexistent"}  # no scontrol: our own hostlist parser
+
+
+def args(**given) -> SimpleNamespace:
+    defaults = {"slurm": False, "slurm_nodes": None, "slurm_partition": None, "settings": None}
+    return SimpleNamespace(**{**defaults, **given})
+
+
+def test_allocation_nodes_master_and_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    env = {"SLURM_JOB_NODELIST": "gpu[01-02],login1", "SLURM_JOB_ID": "42"}
+    target = slurm_target(args(slurm=True), None, env)
+    assert [h.name for h in target.inventory.hosts] == ["gpu01", "gpu02", "login1"]
+    assert target.job_id == "42" and target.source == "SLURM_JOB_NODELIST"
+    assert target.inventory.settings.master == "gpu01"
+    assert {h.python_interpreter for h in target.inventory.hosts} == {sys.executable}
+
+
+def test_settings_file_gives_pins_ports_and_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "clusterkit:\n  master: n2\n  master_port: 29600\n  expect:\n    driver: '>=550'\n"
+        "ansible_python_interpreter: /opt/venv/bin/python\n"
+    )
+    target = slurm_target(args(slurm_nodes="n[1-2]", settings=str(path)), None, {})
+    settings = target.inventory.settings
+    assert (settings.master, settings.master_port) == ("n2", 29600)
+    assert settings.expect.driver == ">=550"
+    assert target.job_id is None  # outside an allocation
+    assert target.inventory.hosts[0].python_interpreter == "/opt/venv/bin/python"
+
+
+def test_bad_settings_files_are_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("clusterkit:\n  master_port: 99999\n")
+    with pytest.raises(Exception, match="master_port"):
+        slurm_target(args(slurm_nodes="n1", settings=str(path)), None, NO_SLURM)
+    path.write_text("clusterkat: {}\n")
+    with pytest.raises(ConfigError, match="unknown key 'clusterkat'"):
+        slurm_target(args(slurm_nodes="n1", settings=str(path)), None, NO_SLURM)
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not inside a Slurm allocation"):
+        slurm_target(args(slurm=True), None, NO_SLURM)
+    with pytest.raises(UsageError, match="cannot be combined"):
+        slurm_target(args(slurm=True, slurm_nodes="n1"), None, NO_SLURM)
+    with pytest.raises(UsageError, match="not a valid node name"):
+        slurm_target(args(slurm_nodes="n1,-oProxyCommand=x"), None, NO_SLURM)
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("all:\n  hosts:\n    n1: {}\n")
+    with pytest.raises(UsageError, match="n2, not in inventory"):
+        slurm_target(args(slurm_nodes="n[1-2]"), load_inventory(inventory), NO_SLURM)
+
+
+def test_inventory_alongside_supplies_hosts_and_settings(tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(
+        "all:\n  hosts:\n    n1: {ansible_host: 10.0.0.1}\n    n2: {ansible_host: 10.0.0.2}\n"
+        "  vars:\n    clusterkit: {master_port: 29501}\n"
+    )
+    target = slurm_target(args(slurm_nodes="n2,n1"), load_inventory(inventory), NO_SLURM)
+    assert [(h.name, h.address) for h in target.inventory.hosts] == [
+        ("n2", "10.0.0.2"),
+        ("n1", "10.0.0.1"),
+    ]
+    assert target.inventory.settings.master == "n2"  # the first Slurm node
+    assert target.inventory.settings.master_port == 29501
+
+
+def test_cli_exit_2_without_allocation_and_for_misplaced_flags() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    for argv, message in (
+        (["--slurm"], "not inside a Slurm allocation"),
+        (["--transport", "srun"], "--transport srun needs Slurm nodes"),
+        (["--settings", "x.yaml"], "--settings goes with --slurm"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "clusterkit", "check", *argv],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_exclude_list_names_failing_hosts_in_order() -> None:
+    findings = [
+        Finding("parity.driver", Status.FAIL, "x", hosts=["n3"]),
+        Finding("gpu.ecc", Status.ERROR, "x", hosts=["n1"]),
+        Finding("env.clock", Status.WARN, "x", hosts=["n2"]),
+    ]
+    report = Report(
+        command="check", inventory=None, findings=findings, hosts={}, stages={}, details={},
+        text_blocks={}, strict=False, seconds=0.0,
+    )  # fmt: skip
+    assert failing_hosts(report, ["n1", "n2", "n3"]) == ["n1", "n3"]
