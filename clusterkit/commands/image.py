@@ -36,9 +36,9 @@ def _lock(args: argparse.Namespace) -> ExitStatus:
             else:
                 out.print(f"{spec.lock_path}: current", markup=False)
             continue
-        from clusterkit.image.engine import registry_digest
+        from clusterkit.image.registry import manifest_digest
 
-        digest, source = lockmod.resolve_base(spec, registry_digest, offline=args.offline)
+        digest, source = lockmod.resolve_base(spec, manifest_digest, offline=args.offline)
         lock = lockmod.build_lock(spec, digest, source, lockmod.resolve_packages(spec))
         lockmod.fill_wheelhouse(spec, lock)
         spec.lock_path.write_text(lockmod.dumps(lock))

@@ -1,4 +1,4 @@
-"""The Docker Engine API as `image` uses it: clients, registry digests, credentials, progress.
+"""The Docker Engine API as `image` uses it: clients, credentials, progress.
 
 Build and push stream their logs through the low-level APIClient (the high-level client
 swallows the stream until the end). Credentials come from the Docker config, which the SDK
@@ -17,12 +17,12 @@ import docker.errors
 from docker.utils import kwargs_from_env
 from rich.console import Console
 
-from clusterkit.errors import ExternalToolError, StageError
+from clusterkit.errors import StageError
 
 API_TIMEOUT = 900  # seconds per engine request once connected; a torch layer push is long
 # Connect, version negotiation and ping: an engine that answers at all answers in well under
 # this, and a DOCKER_HOST pointing at a silent port must not hold the command for minutes.
-CONNECT_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 5
 
 
 class EngineUnavailable(StageError):
@@ -30,7 +30,7 @@ class EngineUnavailable(StageError):
 
 
 def api_client(
-    timeout: int = API_TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT
+    timeout: int = API_TIMEOUT, connect_timeout: int = CONNECT_TIMEOUT
 ) -> docker.APIClient:
     """Engine from DOCKER_HOST (or the default socket), reached and pinged within
     `connect_timeout`; only then are requests allowed `timeout` seconds. An engine that cannot
@@ -54,18 +54,6 @@ def docker_client(api: docker.APIClient) -> docker.DockerClient:
     client = docker.DockerClient.__new__(docker.DockerClient)
     client.api = api
     return client
-
-
-def registry_digest(reference: str, api: docker.APIClient | None = None) -> str:
-    """The manifest digest a tag points to, asked of the registry without pulling."""
-    client = docker_client(api or api_client())
-    try:
-        return str(client.images.get_registry_data(reference, auth_config=env_auth()).id)
-    except docker.errors.APIError as error:
-        raise ExternalToolError(
-            f"cannot resolve {reference} in its registry: {error.explanation or error}",
-            hint="check the name, network access and `docker login`; or lock with --offline",
-        ) from None
 
 
 def env_auth() -> dict[str, str] | None:
