@@ -247,6 +247,21 @@ def _join(dist, backend: str, rank: int, world_size: int, timeout_s: float):
     return control
 
 
+def _gather_json(torch, dist, value, world_size: int, group) -> list:
+    """Every rank's `value` (JSON), gathered as byte tensors on the gloo control group.
+    dist.all_gather_object decodes through tensor.numpy(), so it fails on a node without
+    numpy; the bench must not need a package the job itself may not."""
+    data = json.dumps(value).encode()
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=group)
+    lengths = [int(size.item()) for size in sizes]
+    payload = torch.zeros(max(lengths), dtype=torch.uint8)
+    payload[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    chunks = [torch.zeros(max(lengths), dtype=torch.uint8) for _ in range(world_size)]
+    dist.all_gather(chunks, payload, group=group)
+    return [json.loads(bytes(chunk[:n].tolist())) for chunk, n in zip(chunks, lengths)]
+
+
 def _timed(torch, dist, backend, op, iters):
     """Seconds per op: one untimed op and a barrier, then `iters` back-to-back ops and a
     device synchronize inside a host clock (nccl-tests' BenchTime)."""
@@ -399,15 +414,13 @@ def run(argv: list[str] | None = None) -> dict | None:
     _log(f"rank {rank} joined on {host} (world size {world_size}, backend {backend})")
 
     me = dict(_device_info(torch, backend, local_rank), rank=rank, host=host, pid=os.getpid())
-    devices: list = [None] * world_size
-    dist.all_gather_object(devices, me, group=control)
+    devices = _gather_json(torch, dist, me, world_size, control)
     try:
         dtype = getattr(torch, torch_name)
         measured = _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size)
     except RuntimeError as error:
         raise BenchError("rank-failed", f"rank {rank} on {host}: {error}") from None
-    gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, measured, group=control)
+    gathered = _gather_json(torch, dist, measured, world_size, control)
     dist.destroy_process_group()
     if rank != 0:
         return None

@@ -144,6 +144,25 @@ def torch_findings(facts: Facts) -> list[Finding]:
                 "torch.present", Status.OK, "torch is installed on every host", hosts=list(facts)
             )
         )
+    no_numpy = [
+        host
+        for host, f in facts.items()
+        if (f.get("torch") or {}).get("present") and (f.get("torch") or {}).get("numpy") is False
+    ]
+    if no_numpy:
+        findings.append(
+            Finding(
+                "torch.numpy",
+                Status.WARN,
+                "numpy is missing for the job's Python on " + ", ".join(no_numpy) + ": "
+                "torch.distributed's all_gather_object / broadcast_object_list and "
+                "tensor.numpy() fail there with 'Numpy is not available'",
+                hosts=no_numpy,
+                expected="numpy importable",
+                found="missing",
+                remedy="install numpy beside torch on every node (or in the cluster image)",
+            )
+        )
     if broken:
         findings.append(
             Finding(

@@ -438,6 +438,11 @@ def collect_torch(options):
     facts.update(
         {"present": True, "interpreter": sys.executable, "nccl_wheel": _nccl_wheel(folders)}
     )
+    # torch.distributed's *_object collectives decode through numpy: jobs using them die
+    # on a node without it ("Numpy is not available"), although torch itself loads.
+    import importlib.util
+
+    facts["numpy"] = importlib.util.find_spec("numpy") is not None
     # Importing torch costs seconds; do it only where it can tell us more than its files:
     # a CUDA build on a node with GPUs (the NCCL actually loaded, devices, arch list), or
     # when the inventory asks for it (clusterkit.probe.import_torch).

@@ -79,3 +79,48 @@ def test_local_module_entry_gates_and_names_the_source(tmp_path: Path) -> None:
     assert passing.returncode == 0, passing.stderr[-2000:]
     assert "OK    bench.busbw" in passing.stdout
     assert parse_table(passing.stdout)["results"][0]["size"] == 65536
+
+
+# Makes numpy absent for every rank, exactly as on a node without it: the import fails
+# with ModuleNotFoundError (torch itself still loads, and warns).
+NO_NUMPY_SITECUSTOMIZE = """\
+import sys
+
+
+class NoNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy."):
+            raise ModuleNotFoundError("No module named 'numpy'", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoNumpy())
+"""
+
+OBJECT_GATHER = """\
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+gathered = [None] * dist.get_world_size()
+dist.all_gather_object(gathered, {"rank": dist.get_rank()})
+"""
+
+
+def test_bench_runs_on_nodes_without_numpy(tmp_path: Path, monkeypatch) -> None:
+    blocker = tmp_path / "no-numpy"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(NO_NUMPY_SITECUSTOMIZE)
+    monkeypatch.setenv("PYTHONPATH", str(blocker))
+    # the premise: without numpy, torch's own object collectives fail
+    probe = tmp_path / "object_gather.py"
+    probe.write_text(OBJECT_GATHER)
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(probe),
+    ]  # fmt: skip
+    premise = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert premise.returncode != 0 and "Numpy is not available" in premise.stderr
+    done = _torchrun(tmp_path, "-b", "64K", "-e", "128K", "-f", "2", "-n", "2", "-w", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Numpy is not available" not in done.stderr
+    assert parse_table(done.stdout)  # the rows of every size

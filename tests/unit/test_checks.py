@@ -292,6 +292,17 @@ def test_torch_missing_names_the_interpreter() -> None:
     assert "torch.import" not in findings
 
 
+def test_torch_without_numpy_warns_naming_the_object_collectives() -> None:
+    hosts = healthy(3)
+    hosts["node2"]["torch"]["numpy"] = False
+    hosts["node3"]["torch"]["numpy"] = True  # node1: not recorded (older probe): no claim
+    finding = run(hosts)["torch.numpy"]
+    assert finding.status is Status.WARN and finding.hosts == ["node2"]
+    assert "all_gather_object" in finding.message
+    hosts["node2"]["torch"]["numpy"] = True
+    assert "torch.numpy" not in run(hosts)
+
+
 def test_torch_import_error() -> None:
     findings = run(healthy(1, node2="torch-import-error"))
     assert findings["torch.present"].status is Status.OK

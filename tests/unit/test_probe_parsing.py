@@ -180,6 +180,14 @@ def test_torch_facts_read_from_version_py_without_import(tmp_path: Path) -> None
     assert "imported" not in facts and "import_error" not in facts  # no GPUs: no import
 
 
+def test_numpy_beside_torch_is_a_fact(tmp_path: Path) -> None:
+    _fake_torch(tmp_path, CUDA_VERSION_PY)
+    assert _collect_torch(tmp_path, {})["numpy"] is False  # -S: only PYTHONPATH is searched
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text("")
+    assert _collect_torch(tmp_path, {})["numpy"] is True
+
+
 def test_torch_import_failure_is_reported(tmp_path: Path) -> None:
     _fake_torch(tmp_path, CUDA_VERSION_PY)
     facts = _collect_torch(tmp_path, {"gpus_present": True})
