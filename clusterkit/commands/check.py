@@ -24,13 +24,13 @@ def run(args: argparse.Namespace) -> ExitStatus:
         session = checked_session(args, inventory, bar, slurm)
         session.close()
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
-    if args.fix_plan:
-        report.fix_plan = fix_plan(report)
+    plan = fix_plan(report) if args.fix_plan else None
+    report.fix_plan = plan
     emit(report, args.format, args.output)
-    if args.fix_plan and args.format != "json":
+    if plan is not None and args.format != "json":
         # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
         to_stderr = args.format == "junit" and not args.output
-        print_fix_plan(report.fix_plan, sys.stderr if to_stderr else sys.stdout)
+        print_fix_plan(plan, sys.stderr if to_stderr else sys.stdout)
     if args.exclude_file:
         write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status
