@@ -173,3 +173,27 @@ def text(value: str) -> str | None:
     if any(ch in value for ch in '$\\"`'):
         return 'may not hold $, \\, " or ` (they are expanded or quoted in a Dockerfile)'
     return None
+
+
+_SPDX_ID = re.compile(r"(?:LicenseRef-)?[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
+
+
+def spdx_expression(value: str) -> str | None:
+    """An SPDX license expression (`Apache-2.0`, `MIT OR BSD-3-Clause`): identifiers joined
+    by AND / OR / WITH, with parentheses; anything else is not a license label."""
+    words = value.replace("(", " ( ").replace(")", " ) ").split()
+    depth, want_id = 0, True
+    for word in words:
+        if word == "(" and want_id:
+            depth += 1
+        elif word == ")" and not want_id and depth:
+            depth -= 1
+        elif word in ("AND", "OR", "WITH") and not want_id:
+            want_id = True
+        elif want_id and _SPDX_ID.fullmatch(word) and word not in ("AND", "OR", "WITH"):
+            want_id = False
+        else:
+            return "must be an SPDX license expression, e.g. Apache-2.0 or MIT OR BSD-3-Clause"
+    if want_id or depth or len(value) > 200:
+        return "must be an SPDX license expression, e.g. Apache-2.0 or MIT OR BSD-3-Clause"
+    return None

@@ -30,6 +30,9 @@ SPEC_HASH_LABEL = LABEL_PREFIX + "spec-hash"
 RUN_ARGS_LABEL = LABEL_PREFIX + "run-args"
 VENV = "/opt/venv"
 CONSTRAINT_PATH = "/etc/pip/constraint.txt"
+# The image runs as this unprivileged user; everything that needs root happens before USER.
+RUN_USER = "clusterkit"
+RUN_UID = 1000
 INFINIBAND_APT = ("ibverbs-providers", "libibverbs1", "librdmacm1", "rdma-core")
 # Installer leftovers that carry build-time timestamps or machine state.
 CLEANUP = (
@@ -60,6 +63,9 @@ def labels(spec: ImageSpec, lock: dict[str, Any]) -> dict[str, str]:
         "org.opencontainers.image.title": spec.name,
         "org.opencontainers.image.description": spec.description,
         "org.opencontainers.image.source": spec.source,
+        "org.opencontainers.image.url": spec.url,
+        "org.opencontainers.image.licenses": spec.licenses,
+        "org.opencontainers.image.vendor": spec.vendor,
         "org.opencontainers.image.version": spec_tag(spec, lock),
         "org.opencontainers.image.base.name": spec.base_image,
         "org.opencontainers.image.base.digest": lock["base"]["digest"],
@@ -85,6 +91,25 @@ def constraints_text(lock: dict[str, Any]) -> str:
     return HEADER + "\n".join(pins) + "\n"
 
 
+def apt_packages(spec: ImageSpec) -> list[str]:
+    """What apt installs: the packages every image needs (and InfiniBand's userspace), each
+    taking the spec's `name=version` pin when the spec names it, plus the spec's extras."""
+    needed = ["ca-certificates", "python3", "python3-venv"]
+    if spec.network == "infiniband":
+        needed += INFINIBAND_APT
+    named = {_apt_name(entry): entry for entry in spec.apt}
+    chosen = {name: named.get(name, name) for name in needed}
+    chosen.update(named)
+    return sorted(chosen.values())
+
+
+def _apt_name(entry: str) -> str:
+    """`python3=3.11.2-1+b1` or `libfoo:amd64/bookworm` -> the package name."""
+    for mark in ("=", "/", ":"):
+        entry = entry.split(mark, 1)[0]
+    return entry
+
+
 def _continued(lines: list[str]) -> str:
     return " \\\n    ".join(lines)
 
@@ -108,11 +133,9 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
         spec, "base", f"{lock['base']['image']}@{lock['base']['digest']}", grammar.pinned_image
     )
     index = _checked(spec, "torch.index", lock["torch"]["index"], grammar.url)
-    apt = ["ca-certificates", "python3", "python3-venv", *spec.apt]
-    if spec.network == "infiniband":
-        apt += INFINIBAND_APT
-    apt = [shlex.quote(_checked(spec, "apt", name, grammar.apt_package)) for name in set(apt)]
-    apt = sorted(apt)
+    apt = [
+        shlex.quote(_checked(spec, "apt", name, grammar.apt_package)) for name in apt_packages(spec)
+    ]
     pip_sources = ["--index-url", shlex.quote(index)]
     if index != DEFAULT_INDEX:
         pip_sources += ["--extra-index-url", DEFAULT_INDEX]
@@ -127,10 +150,10 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
     ]
     unpinned_apt = any("=" not in package for package in apt)
     apt_note = (
-        "# Distribution packages follow the base's archive; pin them in the spec as name=version.\n"
+        "# Unpinned: these follow the base's archive; pin them in the spec as name=version.\n"
         "# hadolint ignore=DL3008\n"
         if unpinned_apt
-        else ""
+        else "# Pinned by the spec (name=version): a rebuild installs the same packages.\n"
     )
     return (
         HEADER
@@ -158,7 +181,10 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
                 "&& rm -rf " + " ".join(CLEANUP),
             ]
         )
-        + "\n\n"
+        + "\n"
+        + f"# The unprivileged user the image runs as (uid {RUN_UID}).\n"
+        + f"RUN useradd --create-home --uid {RUN_UID} --user-group --shell /bin/bash {RUN_USER}\n"
+        + "\n"
         + "# Install the lock into a venv in a throw-away stage: the wheelhouse never reaches\n"
         + "# the final image's layers.\n"
         + "FROM system AS venv\n"
@@ -194,6 +220,8 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
         + "LABEL "
         + _continued(label_lines)
         + "\n"
+        + f"USER {RUN_UID}:{RUN_UID}\n"
+        + f"WORKDIR /home/{RUN_USER}\n"
         + "# The commit is known only at build time; it goes last so it never busts the cache.\n"
         + "ARG CLUSTERKIT_REVISION=unknown\n"
         + "LABEL org.opencontainers.image.revision=$CLUSTERKIT_REVISION\n"

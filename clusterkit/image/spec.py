@@ -33,7 +33,12 @@ MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 SPEC_KEYS = (
     "name", "description", "repository", "source", "base", "python", "glibc", "torch",
     "requirements", "apt", "wheelhouse", "network", "runtime", "tags", "created_epoch",
+    "url", "licenses", "vendor",
 )  # fmt: skip
+# OCI label defaults when the spec names none: the Dockerfile and the recipe are this
+# project's (Apache-2.0); `url` falls back to `source`.
+DEFAULT_LICENSES = "Apache-2.0"
+DEFAULT_VENDOR = "clusterkit"
 BASE_KEYS = ("image", "digest")
 TORCH_KEYS = ("version", "variant", "index", "nccl")
 RUNTIME_KEYS = ("shm_size", "ipc", "network", "memlock", "gpus")
@@ -84,6 +89,9 @@ class ImageSpec:
     source: str | None = None
     description: str | None = None
     created_epoch: int = 0
+    url: str | None = None  # org.opencontainers.image.url; defaults to source
+    licenses: str = DEFAULT_LICENSES  # SPDX expression, org.opencontainers.image.licenses
+    vendor: str = DEFAULT_VENDOR  # org.opencontainers.image.vendor
 
     @property
     def spec_path(self) -> Path:
@@ -343,6 +351,9 @@ def load_spec(path: str | Path) -> ImageSpec:
         source=spec.string("source", grammar.url),
         description=spec.string("description", grammar.text),
         created_epoch=_created_epoch(spec),
+        url=spec.string("url", grammar.url) or spec.string("source", grammar.url),
+        licenses=str(spec.string("licenses", grammar.spdx_expression, default=DEFAULT_LICENSES)),
+        vendor=str(spec.string("vendor", grammar.text, default=DEFAULT_VENDOR)),
     )
 
 

@@ -151,7 +151,7 @@ class Runner:
         if tool == "py-spy" and self.py_spy is None:
             raise OSError("py-spy is not installed on this node (--stacks py-spy)")
         self.child = subprocess.Popen(
-            self.spec["argv"],
+            as_this_user(self.spec["argv"]),
             cwd=self.spec.get("workdir") or None,
             env=self.environment(),
             stdin=subprocess.DEVNULL,
@@ -375,6 +375,15 @@ def signal_all(pids, sig):
         for target in (-pid, pid):  # its group when it leads one, and itself
             with contextlib.suppress(OSError):
                 os.kill(target, sig)
+
+
+def as_this_user(argv):
+    """Images run as a non-root USER; a container job writes torchrun's logs into the run
+    folder this process made, so it runs as this process's uid/gid (root stays root)."""
+    argv = list(argv)
+    if argv[:2] == ["docker", "run"] and "--user" not in argv:
+        argv[2:2] = ["--user", "%d:%d" % (os.getuid(), os.getgid())]
+    return argv
 
 
 def quiet_run(argv, timeout):

@@ -88,11 +88,17 @@ def cpu_spec_dir(tmp_path_factory: pytest.TempPathFactory, api: docker.APIClient
     base = docker_env.ensure_base_image()
     base_repo = f"{registry.address}/clusterkit/debian-base"
     api.tag(base, base_repo, "bookworm")
+    pushed = None
     for chunk in api.push(base_repo, tag="bookworm", stream=True, decode=True):
         assert "error" not in chunk, chunk
+        pushed = (chunk.get("aux") or {}).get("Digest") or pushed
+    assert pushed, "the registry reported no digest for the pushed base"
     folder = tmp_path_factory.mktemp("cpu-torch")
     spec = yaml.safe_load(CPU_SPEC.read_text())
-    spec["base"]["image"] = f"{base_repo}:bookworm"
+    # The shipped spec pins the public base by digest; the copy pins the local one, so that
+    # `image lock` checks the registry's answer against a pin here too.
+    assert spec["base"]["digest"].startswith("sha256:"), "the shipped base must be pinned"
+    spec["base"] = {"image": f"{base_repo}:bookworm", "digest": pushed}
     spec["repository"] = f"{registry.address}/clusterkit/cpu-torch"
     (folder / "image.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     download = subprocess.run(

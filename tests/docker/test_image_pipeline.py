@@ -42,8 +42,23 @@ def test_built_image_carries_its_facts_as_labels(built_cpu_image: BuiltImage, ap
     assert labels["io.clusterkit.torch"] == "2.13.0+cpu"
     assert labels["org.opencontainers.image.created"] == "1970-01-01T00:00:00Z"
     assert labels["org.opencontainers.image.revision"] == "test"
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.vendor"] == "clusterkit"
     env = api.inspect_image(built_cpu_image.reference)["Config"]["Env"]
     assert "PIP_CONSTRAINT=/etc/pip/constraint.txt" in env
+
+
+def test_image_runs_as_a_user_with_the_pinned_packages(built_cpu_image: BuiltImage, client):
+    """Not root, and apt installed exactly the versions the spec pins."""
+    spec = load_spec(built_cpu_image.spec_dir)
+    pins = dict(entry.split("=", 1) for entry in spec.apt)
+    query = "id -u; id -un; dpkg-query -W -f '${Package}=${Version}\\n' " + " ".join(pins)
+    output = client.containers.run(
+        built_cpu_image.reference, ["bash", "-c", query], remove=True, network_mode="host"
+    ).decode()
+    uid, user, *installed = output.split()
+    assert (uid, user) == ("1000", "clusterkit")
+    assert dict(line.split("=", 1) for line in installed) == pins
 
 
 def test_verify_runs_the_image_and_compares_with_the_lock(built_cpu_image: BuiltImage):

@@ -170,3 +170,69 @@ def test_spec_hash_ignores_location_but_not_content(tmp_path: Path):
         (two / "image.yaml").read_text().replace("memlock: unlimited", "memlock: default")
     )
     assert load_spec(one).sha256() != load_spec(two).sha256()
+
+
+def test_shipped_specs_use_public_bases_pinned_by_digest():
+    """Anyone can build them: no loopback registry, a digest pin on every base."""
+    for name in ("train-cu124", "cpu-torch"):
+        spec = load_spec(IMAGES / name)
+        assert not spec.base_image.startswith(("127.", "localhost")), name
+        assert spec.base_digest and spec.base_digest.startswith("sha256:"), name
+
+
+def test_cpu_image_pins_apt_and_runs_as_a_user():
+    spec = load_spec(IMAGES / "cpu-torch")
+    text = rendered_files(spec, lockmod.read_lock(spec))["Dockerfile"]
+    install = next(row for row in text.splitlines() if "apt-get install" in row)
+    for pin in ("ca-certificates=20230311+deb12u1", "python3=3.11.2-1+b1", "python3-venv="):
+        assert pin in install
+    assert "hadolint ignore=DL3008" not in text  # every package is pinned
+    assert " python3 " not in install + " "  # the implicit name gave way to the pin
+    rows = text.splitlines()
+    user = rows.index("USER 1000:1000")
+    assert "useradd --create-home --uid 1000" in text
+    assert all(not row.startswith("RUN") for row in rows[user:])  # nothing after needs root
+
+
+def test_unpinned_apt_is_marked_for_hadolint(cuda_spec):
+    lock = lockmod.read_lock(load_spec(IMAGES / "train-cu124"))
+    text = rendered_files(cuda_spec, lock)["Dockerfile"]
+    assert "hadolint ignore=DL3008" in text and "rdma-core" in text
+
+
+def test_oci_labels_come_from_the_spec_with_defaults(tmp_path: Path, cuda_spec):
+    lock = lockmod.read_lock(load_spec(IMAGES / "train-cu124"))
+    found = labels(cuda_spec, lock)
+    assert found["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert found["org.opencontainers.image.vendor"] == "clusterkit"
+    assert "org.opencontainers.image.source" not in found  # no source: no invented URL
+    text = (IMAGES / "train-cu124" / "image.yaml").read_text()
+    text = text.replace("licenses: Apache-2.0\nvendor: clusterkit\n", "")
+    text += (
+        "source: https://git.example.org/ml/train\nlicenses: MIT OR (BSD-3-Clause AND Apache-2.0)\n"
+    )
+    text += "vendor: Example ML\n"
+    (tmp_path / "image.yaml").write_text(text)
+    found = labels(load_spec(tmp_path), lock)
+    assert found["org.opencontainers.image.source"] == "https://git.example.org/ml/train"
+    assert found["org.opencontainers.image.url"] == "https://git.example.org/ml/train"
+    assert found["org.opencontainers.image.licenses"] == "MIT OR (BSD-3-Clause AND Apache-2.0)"
+    assert found["org.opencontainers.image.vendor"] == "Example ML"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("licenses: Apache-2.0 OR", "licenses: 'Apache-2.0 OR' must be an SPDX"),
+        ("licenses: GPL; rm -rf /", "licenses: 'GPL; rm -rf /' must be an SPDX"),
+        ("url: ftp://example.org/x", "url: 'ftp://example.org/x' must be a https or http URL"),
+        ('vendor: "ACME $(id)"', "vendor: 'ACME $(id)' may not hold"),
+    ],
+)
+def test_bad_oci_label_values_are_refused(tmp_path: Path, line: str, message: str):
+    text = (IMAGES / "train-cu124" / "image.yaml").read_text()
+    text = text.replace("licenses: Apache-2.0\nvendor: clusterkit\n", "") + line + "\n"
+    (tmp_path / "image.yaml").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_spec(tmp_path)
+    assert message in str(error.value)

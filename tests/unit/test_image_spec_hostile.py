@@ -244,7 +244,7 @@ KEYS = st.sampled_from(
         ("tags",), ("base",), ("base", "image"), ("base", "digest"), ("torch",),
         ("torch", "version"), ("torch", "variant"), ("torch", "index"), ("torch", "nccl"),
         ("runtime",), ("runtime", "shm_size"), ("runtime", "gpus"), ("runtime", "ipc"),
-        ("unknown",),
+        ("url",), ("licenses",), ("vendor",), ("unknown",),
     ]
 )  # fmt: skip
 
@@ -275,7 +275,9 @@ def _outcome(folder: Path, text: str | bytes) -> None:
         lock = json.loads((IMAGES / "train-cu124" / "image.lock.json").read_text())
         rendered = dockerfile_text(spec, lock)
         instructions = [row.split()[0] for row in rendered.splitlines() if row and row[0] != " "]
-        assert set(instructions) <= {"#", "FROM", "SHELL", "ENV", "RUN", "COPY", "LABEL", "ARG"}
+        allowed = {"#", "FROM", "SHELL", "ENV", "RUN", "COPY", "LABEL", "ARG", "USER", "WORKDIR"}
+        assert set(instructions) <= allowed
+        assert instructions.count("USER") == 1 and instructions.count("WORKDIR") == 1
         assert all(not value.startswith("-") for value in spec.requirements)
         lockmod.manylinux_platforms(spec.glibc)
     assert time.monotonic() - started < 2.0

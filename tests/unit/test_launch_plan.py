@@ -164,3 +164,16 @@ def test_ranks_per_node() -> None:
     cpu = {"a": cuda_facts(8, None), "b": cuda_facts(8, None)}
     assert ranks_per_node(None, 8, cpu) == 1  # a CPU build of torch: one gloo rank
     assert ranks_per_node(None, None, {}) == 1
+
+
+def test_container_jobs_run_as_the_node_user_so_they_can_write_the_run_folder():
+    """Images run as a non-root USER; the run folder belongs to whoever started the job."""
+    import os
+
+    from clusterkit.launch.node import as_this_user
+
+    argv = as_this_user(["docker", "run", "--rm", "img", "torchrun"])
+    assert argv[:4] == ["docker", "run", "--user", f"{os.getuid()}:{os.getgid()}"]
+    assert as_this_user(["torchrun", "x.py"]) == ["torchrun", "x.py"]
+    given = ["docker", "run", "--user", "5:5", "img"]
+    assert as_this_user(given) == given
