@@ -472,7 +472,10 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
     prices.add_argument("--instance", help="instance type from the price catalog")
     prices.add_argument("--region", help="region in the price catalog")
     prices.add_argument(
-        "--catalog", metavar="FILE", help="price catalog JSON (default: the bundled snapshot)"
+        "--catalog",
+        metavar="FILE",
+        help="price catalog JSON (default: the user catalog `clusterkit cost prices update` "
+        "wrote, else the bundled snapshot)",
     )
     prices.add_argument(
         "--max-price-age-days",
@@ -494,6 +497,70 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     sim.add_argument("--plot", metavar="FILE", help="write a PNG of cost vs preemption rate")
     parser.set_defaults(handler="clusterkit.commands.cost:run")
+
+
+def cost_prices_parser() -> argparse.ArgumentParser:
+    """`clusterkit cost prices update`: its own parser, since `cost` takes an optional
+    inventory positional that would swallow a sub-command word."""
+    parser = _Parser(
+        prog="clusterkit cost prices",
+        description="Manage the price catalog that `clusterkit cost` reads.",
+    )
+    steps = parser.add_subparsers(dest="prices_command", metavar="STEP", parser_class=_Parser)
+    update = steps.add_parser(
+        "update",
+        help="refresh prices from the providers' public endpoints",
+        description="Fetch AWS on-demand list prices (Price List offer files), AWS Spot "
+        "Advisor interruption buckets and Azure on-demand and spot prices (Retail Prices "
+        "API), merge them into a copy of the catalog (rows added, prices replaced, each "
+        "dated and sourced) and write it. AWS spot prices need credentials and are kept; "
+        "GCP has no keyless endpoint and is kept. Exit 3 when an endpoint cannot be reached "
+        "before the deadline.",
+        epilog="examples:\n  clusterkit cost prices update\n"
+        "  clusterkit cost prices update --provider azure -o prices.json\n"
+        "  clusterkit cost --catalog prices.json --instance ND96isr_H100_v5 --region eastus "
+        "--nodes 4 --hours 72",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    update.add_argument(
+        "--catalog", metavar="FILE", help="catalog to start from (default: the one `cost` reads)"
+    )
+    update.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="where to write (default: $XDG_DATA_HOME/clusterkit/prices.json, else "
+        "~/.local/share/clusterkit/prices.json; never the packaged catalog)",
+    )
+    update.add_argument(
+        "--provider", action="append", choices=("aws", "azure"), help="only these (repeatable)"
+    )
+    update.add_argument(
+        "--region", action="append", metavar="REGION", help="AWS regions (repeatable)"
+    )
+    update.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="deadline for all requests together (default 120)",
+    )
+    update.add_argument(
+        "--aws-url", metavar="URL", help="AWS Price List base (env CLUSTERKIT_AWS_PRICING_URL)"
+    )
+    update.add_argument(
+        "--spot-advisor-url",
+        metavar="URL",
+        help="Spot Advisor data file (env CLUSTERKIT_AWS_SPOT_ADVISOR_URL)",
+    )
+    update.add_argument(
+        "--azure-url",
+        metavar="URL",
+        help="Azure Retail Prices API (env CLUSTERKIT_AZURE_PRICES_URL)",
+    )
+    update.set_defaults(handler="clusterkit.commands.cost_prices:run")
+    _add_verbosity(parser)
+    return parser
 
 
 def _add_provision(sub: argparse._SubParsersAction) -> None:
@@ -771,7 +838,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if "--" in words:  # `launch INV -- train.py ARGS`: the job's words are not ours
         cut = words.index("--")
         words, job = words[:cut], words[cut + 1 :]
-    args = build_parser().parse_args(words)
+    lead = next((i for i, word in enumerate(words) if not word.startswith("-")), len(words))
+    if words[lead : lead + 2] == ["cost", "prices"]:
+        args = cost_prices_parser().parse_args(words[:lead] + words[lead + 2 :])
+        if args.prices_command is None:
+            raise UsageError("cost prices: give a step", hint="try `clusterkit cost prices update`")
+        args.command = "cost"
+    else:
+        args = build_parser().parse_args(words)
     args.verbose = getattr(args, "verbose", 0)
     if args.command is None:
         raise UsageError("no command given", hint="try `clusterkit check`")

@@ -314,16 +314,17 @@ def _prices(
                 f"{entry.name}: no usable {flag[2:-6]} price in {loaded.path}; give {flag}"
             )
     from_flags = values.get("on_demand_price") is not None and values.get("spot_price") is not None
+    dated = entry.day or loaded.snapshot  # the row's own date, else the catalog's
     provenance = {
-        "price_origin": "flags" if from_flags else f"catalog ({loaded.snapshot or 'undated'})",
+        "price_origin": "flags" if from_flags else f"catalog ({dated or 'undated'})",
         "instance": entry.instance,
         "region": entry.region,
         "spot_range": None
         if values.get("spot_price") is not None or entry.spot_low is None
         else (entry.spot_low, entry.spot_high),
         "catalog_path": loaded.path,
-        "catalog_source": loaded.source,
-        "catalog_date": None if loaded.snapshot is None else loaded.snapshot.isoformat(),
+        "catalog_source": entry.source or loaded.source,
+        "catalog_date": None if dated is None else dated.isoformat(),
     }
     return (on_demand, spot), provenance, entry.gpus  # type: ignore[return-value]
 

@@ -1,14 +1,19 @@
-"""The dated price snapshot (clusterkit/data/prices.json or --catalog FILE) and its checks.
+"""The dated price snapshot and its checks: --catalog FILE, else the user catalog that
+`clusterkit cost prices update` writes, else the packaged clusterkit/data/prices.json.
 
-Public catalogs carry traps: spot at or above on-demand, empty spot prices, placeholder
-prices of 0 or huge sentinels, VM prices that leave out the GPUs. Each becomes a warning
-and the price is dropped rather than used.
+Every row carries its own `source` (the provider's price page or API it was read from) and
+`date`; spot prices may carry their own (`spot_source`, `spot_date`). Public catalogs carry
+traps: spot at or above on-demand, empty spot prices, placeholder prices of 0 or huge
+sentinels, VM prices that leave out the GPUs. Each becomes a warning and the price is
+dropped rather than used; a row without source or date, or older than the age limit, is
+warned about.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
@@ -16,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import ConfigError, UsageError
+
+SCHEMA = "clusterkit.prices/2"
 
 # No node-hour costs this much: a price above it is a placeholder.
 SENTINEL_PRICE = 5000.0
@@ -32,6 +39,9 @@ class Entry:
     spot_low: float | None
     spot_high: float | None
     note: str | None = None
+    source: str | None = None  # where the on-demand (list) price was read
+    day: date | None = None  # when
+    interruption: str | None = None  # AWS Spot Advisor bucket, e.g. "<5%"
 
     @property
     def spot(self) -> float | None:
@@ -73,8 +83,21 @@ class Catalog:
         )
 
 
-def default_path() -> str:
+def packaged_path() -> str:
     return str(resources.files("clusterkit.data").joinpath("prices.json"))
+
+
+def user_path() -> Path:
+    """What `clusterkit cost prices update` writes by default ($XDG_DATA_HOME or
+    ~/.local/share, then clusterkit/prices.json)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "clusterkit" / "prices.json"
+
+
+def default_path() -> str:
+    """The user catalog when one was written, else the packaged snapshot."""
+    user = user_path()
+    return str(user) if user.is_file() else packaged_path()
 
 
 def load(
@@ -94,11 +117,13 @@ def load(
     if not isinstance(document, dict) or not isinstance(document.get("instances"), list):
         raise ConfigError(f"{where}: expected an object with an `instances` list")
     warnings: list[str] = []
-    snapshot = _snapshot(document, where, today or date.today(), max_age_days, warnings)
+    today = today or date.today()
+    snapshot = _snapshot(document, where, today, max_age_days, warnings)
     entries: list[Entry] = []
     seen: set[tuple[str, str]] = set()
     for index, raw in enumerate(document["instances"]):
         entry = _entry(raw, f"{where}: instances[{index}]", warnings)
+        entry = _dated(entry, raw, today, max_age_days, warnings)
         key = (entry.instance.lower(), entry.region.lower())
         if key in seen:
             warnings.append(f"{entry.name}: listed twice in {where}; the first is used")
@@ -106,15 +131,49 @@ def load(
         seen.add(key)
         entries.append(entry)
     source = document.get("source")
-    if not source:
+    if not source and not all(entry.source for entry in entries):
         warnings.append(f"{where}: no `source`: where do these prices come from?")
+    row_days = [entry.day for entry in entries if entry.day is not None]
+    if row_days and (snapshot is None or min(row_days) < snapshot):
+        snapshot = min(row_days)  # the oldest price decides how stale the catalog is
     return Catalog(where, source or None, snapshot, tuple(entries), tuple(warnings))
+
+
+def _dated(
+    entry: Entry, raw: dict[str, Any], today: date, max_age_days: float, warnings: list[str]
+) -> Entry:
+    """The row's own source and date (schema 2), each checked; warnings name the row."""
+    if "source" not in raw and "date" not in raw:
+        return entry  # schema 1: the catalog-level source and date apply
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.startswith(("https://", "http://")):
+        warnings.append(f"{entry.name}: no `source` URL: where does this price come from?")
+        source = None
+    try:
+        day = date.fromisoformat(str(raw.get("date")))
+    except ValueError:
+        warnings.append(f"{entry.name}: no valid `date` (YYYY-MM-DD): price of unknown age")
+        day = None
+    if day is not None and day > today:
+        warnings.append(f"{entry.name}: dated {day}, in the future")
+    elif day is not None and (today - day).days > max_age_days:
+        warnings.append(
+            f"{entry.name}: price from {day} ({(today - day).days} days old, over "
+            f"{max_age_days:g}): run `clusterkit cost prices update` or pass the prices"
+        )
+    interruption = raw.get("interruption")
+    return Entry(
+        **{**entry.__dict__, "source": source, "day": day,
+           "interruption": interruption if isinstance(interruption, str) else None},
+    )  # fmt: skip
 
 
 def _snapshot(
     document: dict[str, Any], where: str, today: date, max_age_days: float, warnings: list[str]
 ) -> date | None:
     raw = document.get("date")
+    if raw is None and document.get("schema") == SCHEMA:
+        return None  # schema 2: every row is dated instead
     try:
         snapshot = date.fromisoformat(str(raw))
     except ValueError:

@@ -27,15 +27,59 @@ def load(path: str) -> catalog.Catalog:
     return catalog.load(path, today=date(2026, 2, 1), max_age_days=90)
 
 
-def test_bundled_snapshot_has_source_date_and_reference_rows() -> None:
-    bundled = catalog.load(today=date(2025, 2, 1))
-    assert bundled.source and bundled.snapshot == date(2025, 1, 1)
+def test_bundled_snapshot_dates_and_sources_every_row() -> None:
+    bundled = catalog.load(today=date(2026, 10, 1), max_age_days=700)
+    assert bundled.snapshot == date(2025, 1, 1)  # the oldest row decides
     assert bundled.warnings == ()
     p5 = bundled.lookup("p5.48xlarge", "us-east-1")
     assert (p5.on_demand, p5.spot_low, p5.spot_high, p5.gpus) == (55.04, 17.63, 25.75, 8)
     assert p5.spot == pytest.approx((17.63 + 25.75) / 2)
-    assert bundled.lookup("ND96isr_H100_v5", None).on_demand == 117.98
+    assert p5.source == "https://aws.amazon.com/ec2/pricing/on-demand/"
+    h100 = bundled.lookup("ND96isr_H100_v5", None)
+    assert (h100.region, h100.on_demand, h100.spot, h100.day) == (
+        "eastus",
+        98.32,
+        18.169536,
+        date(2026, 9, 16),
+    )
+    assert h100.source.startswith("https://prices.azure.com/api/retail/prices?")
     assert len(bundled.entries) == 8
+    raw = json.loads(Path(catalog.packaged_path()).read_text())
+    assert raw["schema"] == catalog.SCHEMA and "list price" in raw["fields"]["on_demand"]
+    for entry in raw["instances"]:  # every row: its own source URL and dates
+        assert entry["source"].startswith("https://") and date.fromisoformat(entry["date"])
+        if "spot" in entry:
+            assert entry["spot_source"].startswith("https://")
+            assert date.fromisoformat(entry["spot_date"])
+
+
+def test_rows_without_source_or_date_or_too_old_are_warned(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        [
+            row(instance="ok", source="https://example.com/p", date="2026-01-20"),
+            row(instance="nosource", date="2026-01-20"),
+            row(instance="nodate", source="https://example.com/p"),
+            row(instance="old", source="https://example.com/p", date="2025-01-01"),
+            row(instance="future", source="https://example.com/p", date="2027-01-01"),
+            row(instance="notaurl", source="somewhere", date="2026-01-20"),
+        ],
+        schema=catalog.SCHEMA,
+        source=None,
+        date=None,
+    )
+    loaded = load(path)
+    text = "\n".join(loaded.warnings)
+    assert not any(w.startswith("ok (") for w in loaded.warnings)
+    assert "nosource (r1): no `source` URL" in text and "notaurl (r1): no `source` URL" in text
+    assert "nodate (r1): no valid `date`" in text
+    assert "old (r1): price from 2025-01-01 (396 days old, over 90)" in text
+    assert "future (r1): dated 2027-01-01, in the future" in text
+    assert loaded.snapshot == date(2025, 1, 1)
+    assert loaded.lookup("ok", None).day == date(2026, 1, 20)
+    # Validation of the prices themselves still applies to dated rows.
+    bad = write(tmp_path, [row(source="https://e.com", date="2026-01-20", spot=12.0)])
+    assert any("is not below on-demand" in w for w in load(bad).warnings)
 
 
 def test_clean_catalog_has_no_warnings(tmp_path: Path) -> None:
