@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.netcluster import NetCluster
 
 STATIC_ONLY = ["--skip", "network,bench,image"]
@@ -21,21 +22,21 @@ STATIC_ONLY = ["--skip", "network,bench,image"]
 def check(
     inventory: Path, *args: str, timeout: float = 120, home: Path | None = None
 ) -> tuple[int, dict[str, Any], float]:
-    """Run the real CLI; return (exit status, JSON report, seconds)."""
+    """Run the real CLI (in-process); return (exit status, JSON report, seconds)."""
     env = dict(os.environ)
     if home is not None:
         env["HOME"] = str(home)  # a ~/.ssh of the test's own, never the user's
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--format", "json",
-         *STATIC_ONLY, *args],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False,
-    )  # fmt: skip
+    done = run_cli(
+        ["check", str(inventory), "--format", "json", *STATIC_ONLY, *args],
+        env=env,
+        timeout=timeout,
+    )
     elapsed = time.monotonic() - started
     assert done.stdout, f"no report; stderr: {done.stderr}"
     report = json.loads(done.stdout)
-    assert report["exit_status"] == done.returncode
-    return done.returncode, report, elapsed
+    assert report["exit_status"] == done.status
+    return done.status, report, elapsed
 
 
 def finding(report: dict[str, Any], check_id: str, status: str | None = None) -> dict[str, Any]:

@@ -10,16 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import run_cli
 from tests.support.netcluster import NetCluster, Node
 
 
 def check_json(inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--format", "json", *args],
-        capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
+    done = run_cli(["check", str(inventory), "--format", "json", *args], timeout=400)
     assert done.stdout, done.stderr
-    return done.returncode, json.loads(done.stdout)
+    return done.status, json.loads(done.stdout)
 
 
 # The bench stage runs the inventory's sweep: `clusterkit bench` reads the same settings.

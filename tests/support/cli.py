@@ -12,15 +12,40 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
+
+
+class CliTimeout(BaseException):
+    """The run outlived the test's bound: a hang (not an Exception, so no handler in the code
+    under test mistakes it for a host's failure)."""
 
 
 class CliRun(NamedTuple):
     status: int
     stdout: str
     stderr: str
+
+
+@contextlib.contextmanager
+def _bounded(seconds: float | None) -> Iterator[None]:
+    """Raise CliTimeout in this (the main) thread after `seconds`, wherever the run waits."""
+    if not seconds:
+        yield
+        return
+
+    def expired(signum: int, frame: object) -> None:
+        raise CliTimeout(f"clusterkit did not return within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @contextlib.contextmanager
@@ -46,13 +71,16 @@ def run_cli(
     *,
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
+    timeout: float | None = 120.0,
 ) -> CliRun:
     """(exit status, stdout, stderr) of `clusterkit ARGV`. `env` replaces the environment
-    for the call; --help and --version (argparse's own exit) give their status too."""
+    for the call; --help and --version (argparse's own exit) give their status too. A run
+    past `timeout` raises CliTimeout: a hang fails the test instead of stalling the suite."""
     from clusterkit.__main__ import main
 
     out, err = io.StringIO(), io.StringIO()
     with (
+        _bounded(timeout),
         _environment(cwd, env),
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),

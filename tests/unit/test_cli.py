@@ -1,4 +1,5 @@
-"""`clusterkit check` as people run it: a subprocess, its exit status, stdout and stderr."""
+"""`clusterkit check` as people run it: its exit status, stdout and stderr (run in-process;
+one test runs it as a program)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import CliRun, run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 STATIC_ONLY = ["--skip", "network,bench,image"]
 
 
-def clusterkit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd or REPO, check=False,
-    )  # fmt: skip
+def clusterkit(*args: str, cwd: Path | None = None) -> CliRun:
+    return run_cli(args, cwd=cwd or REPO)
 
 
-def assert_usage_error(done: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert done.returncode == 2, done.stderr
+def assert_usage_error(done: CliRun, *words: str) -> None:
+    assert done.status == 2, done.stderr
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -62,7 +62,7 @@ def test_malformed_expect_pin_is_a_usage_error(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def local_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+def local_check(tmp_path_factory) -> tuple[CliRun, Path]:
     """One real check of this machine (no inventory), JSON to stdout and text to a file."""
     where = tmp_path_factory.mktemp("cli")
     done = clusterkit("check", "--format", "json", *STATIC_ONLY, cwd=where)
@@ -71,10 +71,10 @@ def local_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Pat
 
 def test_check_without_inventory_checks_this_machine(local_check) -> None:
     done, _ = local_check
-    assert done.returncode in (0, 1), done.stderr  # never usage (2) or incomplete (3)
+    assert done.status in (0, 1), done.stderr  # never usage (2) or incomplete (3)
     report = json.loads(done.stdout)
-    assert report["exit_status"] == done.returncode
-    assert report["verdict"] == {0: "pass", 1: "fail"}[done.returncode]
+    assert report["exit_status"] == done.status
+    assert report["verdict"] == {0: "pass", 1: "fail"}[done.status]
     assert report["inventory"] is None
     (host,) = report["hosts"].values()
     assert host["reachable"] is True
@@ -87,10 +87,10 @@ def test_check_without_inventory_checks_this_machine(local_check) -> None:
 def test_output_file_gets_the_report(tmp_path: Path) -> None:
     target = tmp_path / "report.json"
     done = clusterkit("check", "--format", "json", "--output", str(target), *STATIC_ONLY)
-    assert done.returncode in (0, 1), done.stderr
+    assert done.status in (0, 1), done.stderr
     assert done.stdout == ""
     report = json.loads(target.read_text())
-    assert report["exit_status"] == done.returncode
+    assert report["exit_status"] == done.status
     assert done.stderr.strip().splitlines()[-1].startswith("verdict: ")
 
 
@@ -101,7 +101,7 @@ def test_output_to_an_unwritable_place_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_plain_text_when_piped_ends_with_the_verdict(tmp_path: Path) -> None:
     done = clusterkit("check", *STATIC_ONLY)
-    assert done.returncode in (0, 1), done.stderr
+    assert done.status in (0, 1), done.stderr
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(("verdict: PASS (exit 0)", "verdict: FAIL (exit 1)"))
     assert "\x1b[" not in done.stdout  # no colour codes in a pipe
@@ -141,7 +141,7 @@ def test_no_host_reached_gives_no_ok_and_no_torch_missing(tmp_path: Path) -> Non
         "  vars:\n    clusterkit:\n      expect: {torch: 2.5.1, gpus_per_node: 8, cuda: '12.4'}\n"
     )
     done = clusterkit("check", str(inventory), "--format", "json", *STATIC_ONLY)
-    assert done.returncode == 3, done.stderr
+    assert done.status == 3, done.stderr
     report = json.loads(done.stdout)
     assert report["counts"]["ok"] == 0, [f for f in report["findings"] if f["status"] == "ok"]
     skipped = {f["id"]: f["message"] for f in report["findings"] if f["status"] == "skip"}
@@ -152,3 +152,13 @@ def test_no_host_reached_gives_no_ok_and_no_torch_missing(tmp_path: Path) -> Non
     text = clusterkit("check", str(inventory), *STATIC_ONLY).stdout
     rows = [line for line in text.splitlines() if line.strip().startswith(("a ", "b "))]
     assert len(rows) == 2 and not any("missing" in row for row in rows), text
+
+
+def test_python_m_clusterkit_runs_the_same_entry_point() -> None:
+    """The process boundary: `python -m clusterkit` exits with the documented status."""
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "check", "--skip", "network,nope"],
+        capture_output=True, text=True, timeout=120, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("clusterkit: error: ") and "nope" in done.stderr

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from clusterkit.__main__ import main
+from tests.support.cli import run_cli
 
 FLAGS = ["--nodes", "4", "--hours", "72", "--preempt-rate", "0.02", "--trials", "2000"]
 PRICES = ["--on-demand-price", "55.04", "--spot-price", "21.69"]
@@ -200,18 +199,12 @@ def test_bad_input_in_process(argv: list[str], words: str, capsys) -> None:
         (["--nodes", "4", "--hours", "5", "--trace", "TRACE", *PRICES], "neither hours"),
     ],
 )
-def test_bad_input_subprocess(argv: list[str], words: str, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_exit_2(argv: list[str], words: str, tmp_path: Path) -> None:
     trace = tmp_path / "trace.txt"
     trace.write_text("1.5\nnot-a-time\n")
     argv = [str(trace) if arg == "TRACE" else arg for arg in argv]
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "cost", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
+    done = run_cli(["cost", *argv])
+    assert done.status == 2, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("clusterkit: error:") and words in lines[0]

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.cli import CliRun, run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted(REPO.glob("images/*/Dockerfile"))
 
@@ -109,11 +111,8 @@ def test_images_workflow_order():
     assert order == sorted(order)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", "image", *args],
-        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
-    )  # fmt: skip
+def _cli(*args: str) -> CliRun:
+    return run_cli(["image", *args], cwd=REPO)
 
 
 @pytest.fixture
@@ -131,29 +130,29 @@ def spec_copy(tmp_path: Path) -> Path:
 
 
 def test_check_passes_on_the_shipped_specs():
-    assert _cli("lock", "--check").returncode == 0
-    assert _cli("render", "--check").returncode == 0
+    assert _cli("lock", "--check").status == 0
+    assert _cli("render", "--check").status == 0
 
 
 def test_lock_check_fails_on_a_stale_lock(spec_copy: Path):
     spec = spec_copy / "image.yaml"
     spec.write_text(spec.read_text().replace("numpy==1.26.4", "numpy==2.1.0"))
     done = _cli("lock", "--check", str(spec_copy))
-    assert done.returncode == 1 and "stale: the spec changed" in done.stdout
+    assert done.status == 1 and "stale: the spec changed" in done.stdout
 
 
 def test_render_check_fails_on_a_drifted_dockerfile(spec_copy: Path):
     dockerfile = spec_copy / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN pip install --upgrade torch\n")
     done = _cli("render", "--check", str(spec_copy))
-    assert done.returncode == 1 and "drifted: Dockerfile" in done.stdout
-    assert _cli("render", str(spec_copy)).returncode == 0
-    assert _cli("render", "--check", str(spec_copy)).returncode == 0
+    assert done.status == 1 and "drifted: Dockerfile" in done.stdout
+    assert _cli("render", str(spec_copy)).status == 0
+    assert _cli("render", "--check", str(spec_copy)).status == 0
 
 
 def test_bad_spec_is_one_line_and_exit_2(spec_copy: Path):
     spec = spec_copy / "image.yaml"
     spec.write_text(spec.read_text().replace("variant: cu124", "variant: rocm"))
     done = _cli("lock", "--check", str(spec_copy))
-    assert done.returncode == 2
+    assert done.status == 2
     assert done.stderr.count("\n") == 1 and "torch.variant" in done.stderr

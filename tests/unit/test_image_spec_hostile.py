@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from clusterkit.image import grammar
 from clusterkit.image import lock as lockmod
 from clusterkit.image.render import dockerfile_text
 from clusterkit.image.spec import load_spec
+from tests.support.cli import run_cli
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 REPO = IMAGES.parent
@@ -175,15 +174,8 @@ def test_cli_bad_spec_is_one_line_exit_2(tmp_path: Path, text: str, words: str) 
     key = text.split(":")[0]
     original.pop(key, None)
     (folder / "image.yaml").write_text(yaml.safe_dump(original, sort_keys=False) + text)
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "image", "render", "--check", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
-    assert done.returncode == 2, done.stdout + done.stderr
+    done = run_cli(["image", "render", "--check", str(folder)], cwd=REPO)
+    assert done.status == 2, done.stdout + done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"clusterkit: error: {folder / 'image.yaml'}")

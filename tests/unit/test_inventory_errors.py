@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from clusterkit.errors import InventoryError
 from clusterkit.inventory import load_inventory, viaansible
 from clusterkit.status import ExitStatus
+from tests.support.cli import run_cli
 
 
 def error_for(tmp_path: Path, text: str | bytes) -> str:
@@ -141,14 +140,8 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     """Through the real entry point: an InventoryError becomes one line, status 2."""
     path = tmp_path / "inventory.yaml"
     path.write_text("all:\n  hosts:\n    123:\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2
+    result = run_cli(["check", str(path)])
+    assert result.status == 2
     assert result.stderr.strip().count("\n") == 0
     assert "Traceback" not in result.stderr
     assert f"{path}:3: host name 123 must be a string; quote it" in result.stderr

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from clusterkit import cli
 from clusterkit.commands.provision import plan
 from clusterkit.errors import UsageError
 from clusterkit.provision import PlaybookRun, build_argv, find_playbook
+from tests.support.cli import CliRun, run_cli
 
 INVENTORY = "all:\n  hosts:\n    node1: {ansible_host: 10.0.0.1}\n    node2:\n"
 
@@ -57,17 +56,13 @@ def test_playbook_found_in_the_checkout() -> None:
     assert find_playbook() == Path(__file__).resolve().parents[2] / "playbooks" / "site.yml"
 
 
-def _clusterkit(argv: list[str], path: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": path}
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", *argv],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+def _clusterkit(argv: list[str], path: str) -> CliRun:
+    return run_cli(argv, env={**os.environ, "PATH": path})
 
 
 def test_missing_ansible_playbook_says_how_to_install(inventory: str, tmp_path: Path) -> None:
     done = _clusterkit(["provision", inventory], str(tmp_path))  # PATH without ansible
-    assert done.returncode == 2
+    assert done.status == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "ansible-playbook is not installed" in lines[0]
@@ -78,5 +73,5 @@ def test_bad_inventory_exits_2_before_ansible(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("all:\n  hosts:\n    1234:\n")
     done = _clusterkit(["provision", str(bad)], os.environ["PATH"])
-    assert done.returncode == 2
+    assert done.status == 2
     assert str(bad) in done.stderr and "Traceback" not in done.stderr
