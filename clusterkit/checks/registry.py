@@ -1,0 +1,126 @@
+"""Every check id a finding can carry, where it is documented
+and what it checks in one line: the ids are a public contract (JSON `id`, JUnit test names,
+Slurm drain reasons). tests/unit/test_check_registry.py holds this list and the docs' tables
+to each other, both ways, and fails any test run that emits an id missing here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    doc: str  # the page under docs/ whose table documents it
+    what: str  # what it checks, in one line
+
+
+def _table(doc: str, rows: dict[str, str]) -> dict[str, CheckInfo]:
+    return {check_id: CheckInfo(doc, what) for check_id, what in rows.items()}
+
+
+_CONNECT_PROBE_STATIC = {
+    "host.reachable": "every host connected; one error per host that was not, with why",
+    "host.key": "a host whose key was accepted unverified because host-key checking is off",
+    "probe.ran": "the node probe ran and its output could be read",
+    "parity.driver": "same NVIDIA driver version on every host",
+    "parity.cuda-driver": "same highest CUDA version the driver supports on every host",
+    "parity.gpu-model": "same GPU models on every host",
+    "parity.gpu-count": "same number of GPUs on every host",
+    "parity.torch": "same torch version (with its local label) on every host",
+    "parity.torch-cuda": "same CUDA build of torch on every host",
+    "parity.nccl": "same NCCL (loaded by torch, else the wheel) on every host",
+    "parity.python": "same Python version of the job's interpreter on every host",
+    "parity.kernel": "same kernel release on every host",
+    "parity.memory": "same host memory (whole GiB) on every host",
+    "parity.nvlink": "same NVLink (GPUs x active links per GPU) on every host",
+    "parity.infiniband": "same InfiniBand/RoCE ports (state and rate) on every host",
+    "fabric.nvlink-down": "every GPU of an NVLink node has as many active links as its best",
+    "docker.container-toolkit": "every GPU node has docker and the NVIDIA container runtime",
+    "expect.gpus_per_node": "GPU count equals the clusterkit.expect pin on every host",
+    "expect.driver": "driver matches the clusterkit.expect constraint",
+    "expect.torch": "torch version matches the clusterkit.expect constraint",
+    "expect.nccl": "NCCL version matches the clusterkit.expect constraint",
+    "expect.python": "Python version matches the clusterkit.expect constraint",
+    "expect.cuda": "the CUDA version of torch's build matches the clusterkit.expect constraint",
+    "torch.present": "torch is installed for the job's Python on every host",
+    "torch.import": "import torch failed where the probe imported it",
+    "compat.driver-cuda": "each node's driver against the CUDA version its torch was built for",
+    "gpu.nvidia-smi": "nvidia-smi answered on every GPU node",
+    "gpu.ecc": "no GPU reports uncorrected volatile ECC errors",
+    "gpu.persistence": "persistence mode is Enabled on every GPU",
+    "gpu.present": "every node whose GPU collector answered lists at least one NVIDIA GPU",
+    "gpu.busy": "no compute process on any GPU",
+    "gpu.visible": "torch sees at least the GPUs the job uses",
+    "gpu.arch": "every GPU's compute capability",
+    "torch.cpu-build": "a node with NVIDIA GPUs has a CPU-only build of torch",
+    "env.shm": "/dev/shm is at least 1 GiB",
+    "env.memlock": "the locked-memory limit is unlimited or large",
+    "env.clock": "the clock is synchronised",
+    "env.nccl-debug-vars": "no debug-only NCCL variable set in the login environment",
+    "env.job-vars": "the job's own variables on a node agree with what was checked",
+    "env.socket-ifname": "a node with several candidate interfaces names the one to use",
+    "host.memory-free": "MemAvailable is at least 10% of MemTotal on every node",
+    "storage.shared": "a token written in each shared path on the master is read on every node",
+    "storage.free": "free space in every shared path: at least 10 GiB and 5% of the filesystem",
+}
+
+
+_NETWORK = {
+    "net.stage": "a node could not run a step of the network stage",
+    "net.interface": "the collective interface is missing, down or has no address on a node",
+    "net.subnet": "a node's collective address shares no subnet with any peer",
+    "net.mtu": "the collective interface's MTU differs",
+    "net.ifname-mismatch": "NCCL and GLOO ifnames agree, on every node, with clusterkit.interface",
+    "net.master-resolve": "the master name does not resolve, or resolves differently, on some node",
+    "net.master-address": "the master name resolves to loopback, or to an address the master lacks",
+    "net.hostname-loopback": "a node's own hostname resolves to loopback",
+    "net.rendezvous-port-in-use": "the master's rendezvous port is taken",
+    "net.rendezvous": "some node cannot connect to the master's rendezvous ports",
+    "net.mesh": "some node pair cannot open TCP on the mesh or extra ports",
+    "net.firewall": "the rule or policy that explains each blocked path, per node",
+    "net.firewall-unknown": "a blocked path's firewall could not be read",
+}
+
+
+_BENCH = {
+    "bench.busbw": "slowest-rank busbw at the gate size vs the threshold",
+    "bench.correctness": "wrong elements after all_reduce(sum)",
+    "bench.world-size": "WORLD_SIZE equals nodes x ranks per node (caught before any timing)",
+    "bench.rank-failed": "names the node (and rank) that failed first",
+    "bench.not-joined": "nodes none of whose ranks joined, or not run for a partial world",
+    "bench.timeout": "no result before the deadline",
+    "bench.slow-rank": "a rank took >= 1.25 x the median time per op at the gate size",
+    "bench.nccl-socket-transport": "NCCL used NET/Socket on a node with active InfiniBand",
+    "bench.nccl-debug-vars": "no debug-only NCCL variable (NCCL_P2P_DISABLE, ...) in the run",
+}
+
+
+_IMAGE = {
+    "image.present": "the image is missing on a node",
+    "image.inspect": "the node's engine could not be asked",
+    "image.digest": "different images across nodes",
+    "image.spec-hash": "io.clusterkit.spec-hash differs across nodes",
+    "image.run": "the container did not run",
+    "image.versions": "torch / CUDA / NCCL / python inside differ from the labels",
+    "image.driver": "host driver at or above the CUDA floor of the image",
+    "image.shm": "/dev/shm under 1 GiB without --ipc host",
+    "image.memlock": "memlock limited inside the container",
+    "image.network": "multi-node without --network host",
+    "image.disable-require": "NVIDIA_DISABLE_REQUIRE set (hides a too-old driver)",
+    "image.infiniband": "a node with RDMA devices runs the image with /dev/infiniband",
+    "image.stage": "the image stage could not check any node",
+}
+
+
+CHECKS: dict[str, CheckInfo] = {
+    **_table("checks.md", _CONNECT_PROBE_STATIC),
+    **_table("network.md", _NETWORK),
+    **_table("bench.md", _BENCH),
+    **_table("images.md", _IMAGE),
+}
+
+
+def describe(check_id: str) -> str:
+    """`id: what it checks (docs/PAGE)`, or the id alone when it is not registered."""
+    info = CHECKS.get(check_id)
+    return f"{check_id}: {info.what} (docs/{info.doc})" if info else check_id
