@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.cli import parse
-from clusterkit.commands.check import load_target
+from clusterkit.commands.common import load_target
 from clusterkit.errors import InventoryError
 
 
