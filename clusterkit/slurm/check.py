@@ -15,7 +15,9 @@ from clusterkit.slurm.target import SlurmTarget
 from clusterkit.stages.base import Stage
 from clusterkit.transport.srun import STEP_SECONDS
 
-NODE_STAGES = ("probe", "network", "image", "bench")  # act on the nodes: one step each
+# Every stage but these acts on the nodes (probe, storage, network, image, bench, and any
+# stage added later): each runs in one job step over all nodes.
+NO_STEP_STAGES = ("connect", "static")
 STEP_MARGIN = 30.0  # a phase's step outlives the stage's own bound by this much
 
 
@@ -37,7 +39,7 @@ def slurm_stages(
         SrunConnectStage(srun, target.source)
         if stage.name == "connect"
         else InStep(stage, srun, _bound(stage))
-        if stage.name in NODE_STAGES
+        if stage.name not in NO_STEP_STAGES
         else stage
         for stage in stages
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +12,13 @@ from types import SimpleNamespace
 import pytest
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.commands.common import check_stages
 from clusterkit.errors import ConfigError, UsageError
 from clusterkit.inventory import load_inventory
 from clusterkit.report import Report
-from clusterkit.slurm.check import failing_hosts
-from clusterkit.slurm.target import slurm_target
+from clusterkit.slurm.check import failing_hosts, slurm_stages
+from clusterkit.slurm.stages import InStep, SrunConnectStage
+from clusterkit.slurm.target import SlurmTarget, slurm_target
 
 NO_SLURM = {"PATH": "/nonexistent"}  # no scontrol: our own hostlist parser
 
@@ -116,3 +119,21 @@ def test_exclude_list_names_failing_hosts_in_order() -> None:
         text_blocks={}, strict=False, seconds=0.0,
     )  # fmt: skip
     assert failing_hosts(report, ["n1", "n2", "n3"]) == ["n1", "n3"]
+
+
+def test_every_stage_that_acts_on_nodes_runs_in_a_step(tmp_path: Path) -> None:
+    """A node stage left unwrapped would fall back to one srun step per node."""
+    if shutil.which("srun") is None:
+        pytest.skip("srun not installed (apt-get install slurm-client)")
+    target = slurm_target(args(slurm_nodes="n[1-2]"), None, NO_SLURM)
+    target = SlurmTarget(target.inventory, "7", target.source)  # inside job 7
+    cli = SimpleNamespace(
+        transport=None, timeout=10.0, min_busbw=None, forks=4, skip=[],
+        host_key_policy=None, known_hosts=[], ssh_config=None, connect_timeout=None,
+    )  # fmt: skip
+    stages = slurm_stages(cli, target, check_stages(cli, target.inventory))
+    kinds = {stage.name: type(stage) for stage in stages}
+    assert kinds.pop("connect") is SrunConnectStage
+    assert kinds.pop("static") is not InStep
+    assert kinds and all(kind is InStep for kind in kinds.values()), kinds
+    assert {"probe", "storage", "network", "image", "bench"} <= set(kinds)
