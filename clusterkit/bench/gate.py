@@ -19,6 +19,8 @@ from clusterkit.checks.model import Finding, Status
 
 STAGE = "bench"
 NCCL_TESTS_RULE = 0.9  # nccl-tests fails a run below 0.9 x NCCL_TESTS_MIN_BW
+# Threshold rules a user sets; the fabric default is only a guess about a fabric.
+ASKED_FOR = ("--min-busbw", "NCCL_TESTS_MIN_BW", "inventory")
 SLOW_RANK_RATIO = 1.25  # a rank this much slower than the median is named
 DEBUG_ONLY_NCCL_VARS = (
     "NCCL_P2P_DISABLE",
@@ -246,6 +248,13 @@ def evaluate(
     }
     if busbw is None or _ranks(result) == 1:  # nccl-tests prints 0.00 for one rank
         common.update(busbw=None, mean_busbw=None)
+        if threshold.value is not None and threshold.source in ASKED_FOR:
+            # Fail closed: a threshold the user set cannot be shown to be met.
+            reason = (
+                f"one rank: bus bandwidth cannot be measured, so {threshold.detail} "
+                "cannot be met; run on two or more GPUs or nodes"
+            )
+            return Verdict(False, reason=reason, **common)
         return Verdict(None, reason="one rank: bus bandwidth does not apply", **common)
     if threshold.value is None:
         return Verdict(None, reason="no threshold: reported only", **common)
@@ -266,6 +275,18 @@ def _wrong_elements(row: Mapping[str, Any]) -> int:
 def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
     size = _human_size(verdict.size)
     source = f"threshold {verdict.threshold.value} GB/s from {verdict.threshold.detail}"
+    if verdict.busbw is None and verdict.passed is False:
+        return Finding(
+            "bench.busbw",
+            Status.FAIL,
+            verdict.reason or "bus bandwidth could not be measured",
+            hosts=hosts,
+            expected=f">= {verdict.threshold.value}",
+            found=None,
+            remedy="bus bandwidth needs two or more ranks: bench across nodes or GPUs, or "
+            "drop the threshold for a one-rank smoke test",
+            stage=STAGE,
+        )
     if verdict.busbw is None or verdict.passed is None:
         measured = "" if verdict.busbw is None else f"{verdict.busbw:.3g} GB/s busbw at {size}; "
         return Finding(

@@ -6,14 +6,16 @@ import argparse
 import os
 import time
 from dataclasses import replace
+from typing import Any
 
 from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.nccltests import write_json
 from clusterkit.bench.worker import DTYPES, parse_size
+from clusterkit.checks.model import Status
 from clusterkit.commands.common import connect_options, load_target
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
-from clusterkit.report import emit
+from clusterkit.report import Report, emit
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.bench import BenchStage
 from clusterkit.stages.connect import ConnectStage
@@ -74,6 +76,17 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
     return replace(options, join_timeout=min(options.join_timeout, bench_timeout(args, settings)))
 
 
+def failed_result(report: Report) -> dict[str, Any]:
+    """What -J holds when nothing was measured: no rows, and why (a CI job reading the
+    file must not find last run's numbers, nor nothing at all)."""
+    cause = next(
+        (f for f in report.findings if f.status in (Status.ERROR, Status.FAIL)),
+        None,
+    )
+    error = {"check": cause.id, "message": cause.message, "hosts": cause.hosts} if cause else {}
+    return {"results": [], "error": error or {"message": "no result was measured"}}
+
+
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
     inventory = load_target(args)
@@ -92,9 +105,9 @@ def run(args: argparse.Namespace) -> ExitStatus:
         run_stages(session, stages)
     finally:
         session.close()
-    result = (session.details.get("bench") or {}).get("result")
-    if args.result_json and result:
-        write_json(result, args.result_json)
     report = build_report(session, "bench", seconds=time.monotonic() - started)
+    if args.result_json:
+        result = (session.details.get("bench") or {}).get("result")
+        write_json(result or failed_result(report), args.result_json)
     emit(report, args.format, args.output)
     return report.exit_status

@@ -148,10 +148,19 @@ def test_gate_size_picks_the_largest_row_that_fits() -> None:
 
 
 def test_one_rank_is_not_applicable_and_no_threshold_reports_only() -> None:
-    single = gate.evaluate(_result([0.01]), gate.Threshold(1.0, "--min-busbw", "x"))
+    guessed = gate.Threshold(1.0, "fabric default", "x")
+    single = gate.evaluate(_result([0.01]), guessed)
     assert single.passed is None and gate.busbw_finding(single, ["a"]).status is Status.SKIP
     report = gate.evaluate(_result([0.01, 0.01]), gate.Threshold(None, "none", "gloo"))
     assert report.passed is None and gate.busbw_finding(report, ["a"]).status is Status.OK
+
+
+@pytest.mark.parametrize("source", ["--min-busbw", "NCCL_TESTS_MIN_BW", "inventory"])
+def test_one_rank_fails_closed_against_a_threshold_the_user_set(source: str) -> None:
+    single = gate.evaluate(_result([0.01]), gate.Threshold(40.0, source, f"{source} 40"))
+    assert single.passed is False
+    finding = gate.busbw_finding(single, ["a"])
+    assert finding.status is Status.FAIL and "cannot be met" in finding.message
 
 
 def test_slow_rank_is_named() -> None:
