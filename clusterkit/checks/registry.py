@@ -44,6 +44,7 @@ _CONNECT_PROBE_STATIC = {
     "expect.cuda": "the CUDA version of torch's build matches the clusterkit.expect constraint",
     "torch.present": "torch is installed for the job's Python on every host",
     "torch.import": "import torch failed where the probe imported it",
+    "torch.numpy": "numpy is importable by the job's Python wherever torch is",
     "compat.driver-cuda": "each node's driver against the CUDA version its torch was built for",
     "gpu.nvidia-smi": "nvidia-smi answered on every GPU node",
     "gpu.ecc": "no GPU reports uncorrected volatile ECC errors",
