@@ -42,6 +42,11 @@ _CHUNK = 65536
 _KILL_SECONDS = 5.0
 
 
+# How long a stopped command's wrapper may take to say its process group (it prints that
+# first thing; only a busy node is slower).
+PGID_WAIT_SECONDS = 5.0
+
+
 class _Verify(paramiko.MissingHostKeyPolicy):
     """paramiko's client knows no keys here: every key comes to us, known or not."""
 
@@ -434,10 +439,11 @@ class SSHProcess(PumpedProcess):
             channel.shutdown_write()
 
     def _await_pgid(self) -> bytes:
-        """Stopped before the wrapper reported its process group: give it 2 s to, so the
-        command can still be killed rather than left to its node-side timeout."""
+        """Stopped before the wrapper reported its process group: give it a few seconds to
+        (a loaded node takes that long to start a shell), so the command can still be killed
+        rather than left to its node-side timeout."""
         channel, err = self._channel, self._err
-        limit = time.monotonic() + 2.0
+        limit = time.monotonic() + PGID_WAIT_SECONDS
         while b"\n" not in err and time.monotonic() < limit and not channel.closed:
             select.select([channel], [], [], 0.1)
             while channel.recv_stderr_ready():

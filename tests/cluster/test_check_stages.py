@@ -92,7 +92,9 @@ def test_ctrl_c_in_the_mesh_leaves_nothing_running_or_listening(
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr
-    time.sleep(0.5)  # sshd reaps its session children asynchronously
+    give_up = time.monotonic() + 10  # sshd reaps its session children asynchronously
+    while any(node.processes() for node in cluster.nodes[:3]) and time.monotonic() < give_up:
+        time.sleep(0.1)
     for node in cluster.nodes[:3]:
         assert node.processes() == [], node.name
         assert listening(node) <= {22}, node.name
