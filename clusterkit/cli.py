@@ -412,7 +412,8 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
         help="spot vs on-demand cost for a multi-node job",
         description="Expected cost, time and risk of a synchronous multi-node job on spot "
         "capacity with checkpoint/restart vs on-demand (Young/Daly model and a Monte Carlo). "
-        "Flags override the inventory's `clusterkit.cost` settings.",
+        "Flags override the inventory's `clusterkit.cost` settings. "
+        "`clusterkit cost prices update` refreshes the price catalog (see docs/cost.md).",
     )
     parser.add_argument(
         "inventory", nargs="?", help="Ansible inventory: file or directory (node count, prices)"
@@ -516,11 +517,12 @@ def cost_prices_parser() -> argparse.ArgumentParser:
         "dated and sourced) and write it. AWS spot prices need credentials and are kept; "
         "GCP has no keyless endpoint and is kept. Exit 3 when an endpoint cannot be reached "
         "before the deadline.",
-        epilog="examples:\n  clusterkit cost prices update\n"
-        "  clusterkit cost prices update --provider azure -o prices.json\n"
-        "  clusterkit cost --catalog prices.json --instance ND96isr_H100_v5 --region eastus "
-        "--nodes 4 --hours 72",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES_HEADING
+        + "  clusterkit cost prices update\n"
+        + "  clusterkit cost prices update --provider azure -o prices.json\n"
+        + "  clusterkit cost --catalog prices.json --instance ND96isr_H100_v5 --region eastus "
+        + "--nodes 4 --hours 72 --preempt-rate 5%",
+        formatter_class=_ExamplesFormatter,
     )
     update.add_argument(
         "--catalog", metavar="FILE", help="catalog to start from (default: the one `cost` reads)"

@@ -178,3 +178,23 @@ def test_a_wrong_document_is_refused_not_merged(server, tmp_path: Path):
         "-o", str(tmp_path / "p.json"),
     )  # fmt: skip
     assert done.returncode == 3 and "no `spot_advisor`" in done.stderr
+
+
+def test_prices_without_a_step_is_a_usage_error_and_cost_flags_still_parse():
+    from clusterkit import cli
+
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "cost", "prices"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 2 and "cost prices update" in done.stderr
+    assert done.stderr.count("\n") == 1
+    args = cli.parse(["-v", "cost", "prices", "update", "--provider", "azure", "-o", "x.json"])
+    assert (args.handler, args.provider, args.output, args.verbose) == (
+        "clusterkit.commands.cost_prices:run", ["azure"], "x.json", 1)  # fmt: skip
+    args = cli.parse(["cost", "inv.yaml", "--nodes", "4", "--catalog", "prices.json"])
+    assert (args.handler, args.inventory, args.nodes) == (
+        "clusterkit.commands.cost:run",
+        "inv.yaml",
+        4,
+    )
