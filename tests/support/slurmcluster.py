@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -30,7 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.netcluster import NetCluster, NetClusterError, parallel
+from tests.support.netcluster import NetCluster, NetClusterError, owner_alive, parallel
 
 REQUIRED_TOOLS = ("munged", "munge", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "nsenter")
 MUNGE_KEY = Path("/etc/munge/munge.key")
@@ -50,6 +51,29 @@ def unavailable_reason() -> str | None:
     return None
 
 
+_OWNED_PATH = re.compile(r"/netcluster-ck(\d+)[a-z]-[^/\s]+/slurm/")
+
+
+def remove_stale_slurm() -> list[int]:
+    """Kill Slurm test daemons (munged, slurmctld, slurmd) whose owning test process died
+    without closing them (killed by a timeout, say); a NetCluster's own stale-cleanup removes
+    the namespaces but knows nothing of them. Returns the pids killed."""
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        match = _OWNED_PATH.search(argv)
+        if match and not owner_alive(int(match.group(1))):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
 def free_port(address: str) -> int:
     with socket.socket() as sock:
         sock.bind((address, 0))
@@ -63,6 +87,7 @@ class SlurmCluster:
         reason = unavailable_reason()
         if reason:
             raise NetClusterError(reason)
+        remove_stale_slurm()
         self.net = net
         self.dir = net.dir / "slurm"
         if self.dir.exists():
