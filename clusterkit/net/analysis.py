@@ -492,14 +492,23 @@ def _mesh_findings(hosts, connects, facts_by_host, choices, rendezvous_blocked) 
         tested = total - sum(
             1 for row in matrix.values() for result in row.values() if result == "untested"
         )
-        findings.append(
-            finding(
-                "net.mesh",
-                Status.OK,
-                f"all {tested} tested node pairs open TCP both ways",
-                hosts=list(hosts),
+        if tested:
+            findings.append(
+                finding(
+                    "net.mesh",
+                    Status.OK,
+                    f"all {tested} tested node pairs open TCP both ways",
+                    hosts=list(hosts),
+                )
             )
-        )
+        else:  # an OK over no pair would be a pass about nothing
+            findings.append(
+                finding(
+                    "net.mesh",
+                    Status.SKIP,
+                    "no node pair could be tested (fewer than two nodes took part)",
+                )
+            )
     findings += _firewall_findings(blocked + rendezvous_blocked, choices)
     return findings
 

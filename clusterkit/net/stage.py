@@ -151,7 +151,7 @@ def run_network_stage(
     `facts_by_host` (the probe's facts) is accepted for the stage contract; this stage takes
     its own facts in its first step, because they must come from the same moment and
     environment as the mesh. Hosts of the inventory missing from `transports` are reported
-    as net.stage errors and left out of the mesh. `workers`: nodes talked to at once (every
+    by the connect stage and left out of the mesh. `workers`: nodes talked to at once (every
     node, for the barriers to hold on large clusters)."""
     del facts_by_host
     started = time.monotonic()
@@ -159,8 +159,11 @@ def run_network_stage(
     hosts = [host.name for host in inventory.hosts]
     interpreters = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
     ssh_addresses = {host.name: host.address for host in inventory.hosts}
-    errors = {host: "not connected" for host in hosts if host not in transports}
-    live = [host for host in hosts if host in transports]
+    # Hosts never connected are the connect stage's errors (host.reachable), not this
+    # stage's: they are left out of the mesh and of its pair counts.
+    everyone, hosts = hosts, [host for host in hosts if host in transports]
+    errors: dict[str, str] = {}
+    live = list(hosts)
 
     reserved = [options.master_port, options.rdzv_port, *options.extra_ports]
     facts_args = {
@@ -182,7 +185,7 @@ def run_network_stage(
         findings += analysis.ifname_findings(facts, options)
         findings += analysis.master_findings(facts, options)
 
-        if options.master_host not in live:
+        if options.master_host in transports and options.master_host not in live:
             errors.setdefault(options.master_host, "no facts from the master")
         if live and deadline.remaining() > options.mesh_seconds:
             plans = mesh_args(live, facts, choices, ssh_addresses, options)
@@ -211,7 +214,7 @@ def run_network_stage(
             "master_port": options.master_port,
             "rdzv_port": options.rdzv_port,
         },
-        "nodes": {host: _node_record(host, facts, choices, mesh) for host in hosts},
+        "nodes": {host: _node_record(host, facts, choices, mesh) for host in everyone},
         "matrix": matrix,
         "matrix_lines": render_matrix(matrix, hosts),
         "connects": connects,

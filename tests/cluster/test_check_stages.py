@@ -66,6 +66,13 @@ def test_unreachable_host_skips_the_bench_and_is_incomplete(
     status, report = check_json(inventory, "--connect-timeout", "3")
     assert status == 3 and report["verdict"] == "incomplete"
     assert "not every host could be reached" in report["stages"]["bench"]
+    # one dead host is one error, and the mesh counts only the nodes that took part
+    errors = [f for f in report["findings"] if f["status"] == "error"]
+    assert [(f["id"], f["hosts"]) for f in errors] == [("host.reachable", ["node2"])]
+    assert report["counts"]["error"] == 1
+    mesh = next(f for f in report["findings"] if f["id"] == "net.mesh")
+    assert mesh["status"] == "ok" and "all 2 tested node pairs" in mesh["message"]
+    assert "node2" not in mesh["hosts"]
 
 
 def test_ctrl_c_in_the_mesh_leaves_nothing_running_or_listening(

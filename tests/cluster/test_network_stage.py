@@ -266,7 +266,9 @@ def test_missing_interface_name_on_one_node(cluster: NetCluster, tmp_path: Path)
     assert_nothing_left(cluster)
 
 
-def test_unreachable_node_is_an_error_not_a_pass(cluster: NetCluster, tmp_path: Path) -> None:
+def test_unreachable_node_is_left_to_the_connect_stage(cluster: NetCluster, tmp_path: Path) -> None:
+    """A node never connected is the connect stage's error (host.reachable): the network
+    stage neither reports it again nor counts its pairs, and passes nothing about it."""
     path = cluster.inventory(tmp_path / "inventory.yaml", python_interpreter=NODE_PYTHON)
     inventory = load_inventory(path)
     connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
@@ -276,10 +278,12 @@ def test_unreachable_node_is_an_error_not_a_pass(cluster: NetCluster, tmp_path: 
         findings, raw = run_network_stage(transports, inventory, {}, Deadline.after(60))
     finally:
         connections.close()
-    errors = [f for f in findings if f.id == "net.stage"]
-    assert [(f.status, f.hosts) for f in errors] == [(Status.ERROR, ["node4"])]
-    assert raw["matrix"]["node1"]["node4"] == "untested"
-    assert raw["matrix"]["node1"]["node2"] == "ok"
+    assert not [f for f in findings if f.id == "net.stage"]
+    mesh = next(f for f in findings if f.id == "net.mesh")
+    assert mesh.status is Status.OK and "node4" not in mesh.hosts
+    assert "all 6 tested node pairs" in mesh.message  # 3 nodes, both ways
+    assert "node4" not in raw["matrix"] and raw["matrix"]["node1"]["node2"] == "ok"
+    assert raw["nodes"]["node4"] == {"ran": False}
     assert_nothing_left(cluster)
 
 

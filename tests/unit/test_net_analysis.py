@@ -254,3 +254,10 @@ def test_mtu_and_interface_findings_name_the_odd_node() -> None:
     broken = {f.id: f for f in analysis.interface_findings(choices, by_host)}["net.interface"]
     assert broken.hosts == ["node2"]
     assert "node2: no interface matches clusterkit.interface=ens (has: eth0, lo)" in broken.message
+
+
+def test_no_tested_pair_is_a_skip_not_an_ok() -> None:
+    options = NetworkOptions("node1", "node1", 29500, 29400, None)
+    findings = analysis.connect_findings(["node1"], [], {}, {}, {}, options)
+    (mesh,) = [f for f in findings if f.id == "net.mesh"]
+    assert mesh.status is Status.SKIP and "no node pair" in mesh.message
