@@ -52,6 +52,8 @@ _SIGNAL = re.compile(r"Signal (\d+) \((\w+)\) received by PID")
 # can be recorded for the kill command, then print the NCCL logs and clean up.
 _NODE_SCRIPT = r"""
 dir=$1; shift
+pid=
+trap 'kill -TERM "$pid" 2>/dev/null; rm -rf "$dir"; exit 143' TERM HUP INT
 mkdir -p "$dir" && cat > "$dir/worker.py" || {
   echo "clusterkit-bench: error setup: cannot write $dir/worker.py" >&2; exit 97; }
 "$@" &
@@ -70,14 +72,17 @@ exit "$rc"
 
 # Ends every process recorded under the run directory: torchrun (launcher.kill) and each
 # rank, which torchrun starts in its own session (rank*.kill), plus the container if any.
+# `kill -TERM -PGID`, not `kill -TERM -- -PGID`: dash's kill takes no `--`. The node script
+# above cleans its run directory itself when its whole group is signalled (an interrupt
+# before the pids were recorded).
 _KILL_SCRIPT = r"""
 dir=$1; name=$2
 pids=""
 for f in "$dir"/*.kill; do [ -f "$f" ] && pids="$pids $(cat "$f")"; done
 if [ -n "$name" ]; then docker kill "$name" >/dev/null 2>&1; fi
-for p in $pids; do kill -TERM -- "-$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done
+for p in $pids; do kill -TERM "-$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done
 sleep 1
-for p in $pids; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+for p in $pids; do kill -KILL "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
 echo "killed:$pids"
 """
 
@@ -386,7 +391,11 @@ def _supervise(
             if cancel is not None:
                 cancel()
     finally:
-        executor.shutdown(wait=not interrupted, cancel_futures=True)
+        # Interrupted too: a cancelled node thread kills its command's process group over the
+        # connection (bounded: a few seconds at most), which catches a node whose kill command
+        # ran before it had recorded its pids. Returning first would close the connections
+        # under those kills and leave torchrun running there.
+        executor.shutdown(wait=True, cancel_futures=True)
     return interrupted
 
 

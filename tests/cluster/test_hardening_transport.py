@@ -332,3 +332,35 @@ def test_a_node_cannot_write_escape_sequences_into_the_text_report(
     assert done.returncode == 1, done.stderr  # the odd model is still a parity failure
     assert "\x1b" not in done.stdout and "\x1b" not in done.stderr
     assert "NVIDIA H100\\x1b[2J\\x1b[1A" in done.stdout
+
+
+def test_sigterm_during_the_bench_exits_143_and_leaves_nothing(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    nodes = cluster.nodes[:3]
+    inventory = cluster.inventory(tmp_path / "inv.yaml", nodes=nodes)
+    before = set(Path("/tmp").glob("clusterkit-bench-*"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit", "bench", str(inventory), "--timeout", "300",
+         "-b", "64M", "-e", "64M", "-n", "100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for(
+        lambda: all(
+            any("torch.distributed.run" in p.command for p in node.processes()) for node in nodes
+        ),
+        120,
+        "torchrun never ran on every node",
+    )
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr[-2000:]
+    assert time.monotonic() - signalled < 20
+    wait_for(
+        lambda: not any(node.processes() for node in nodes),
+        15,
+        f"left running: { {n.name: n.processes() for n in nodes} }",
+    )
+    # Nodes share this machine's /tmp: the run folders must be gone as well.
+    assert set(Path("/tmp").glob("clusterkit-bench-*")) <= before
