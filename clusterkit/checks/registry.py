@@ -113,11 +113,17 @@ _IMAGE = {
 }
 
 
+_LAUNCH = {
+    "launch.job": "the job ran on every node and every rank exited 0 (or why not, and where)",
+}
+
+
 CHECKS: dict[str, CheckInfo] = {
     **_table("checks.md", _CONNECT_PROBE_STATIC),
     **_table("network.md", _NETWORK),
     **_table("bench.md", _BENCH),
     **_table("images.md", _IMAGE),
+    **_table("launch.md", _LAUNCH),
 }
 
 

@@ -21,14 +21,15 @@ from clusterkit.errors import UsageError
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_plan, ranks_per_node
 from clusterkit.launch.plan import render_print as render_plan
-from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
+from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.net.plan import NetworkOptions
 from clusterkit.report import emit
 from clusterkit.report.progress import progress
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.connect import ConnectStage
+from clusterkit.stages.launch import LaunchStage
 from clusterkit.stages.probe import ProbeStage
-from clusterkit.stages.session import SessionOptions
+from clusterkit.stages.session import NoProgress, SessionOptions
 from clusterkit.status import ExitStatus
 
 PROBE_SECONDS = 60.0
@@ -70,8 +71,13 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
             f"{settings.nproc_per_node} ranks "
             f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
         )
-        pythons = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
-        outcome = Supervisor(gate.session.transports, plan, run_id, pythons, options).run()
+        stage = LaunchStage(settings, options, gated=not args.no_check, strict=args.strict)
+        gate.session.progress = NoProgress()  # the job's own lines are the progress now
+        run_stages(gate.session, [stage])
+        outcome = stage.outcome
+        if outcome is None:  # the session itself refused: a node is gone since the gate
+            note(f"clusterkit: nothing was started: {gate.session.stages.get('launch')}")
+            return ExitStatus.INCOMPLETE
         if outcome.result == "interrupted":
             raise KeyboardInterrupt  # every node is stopped; the entry point names the signal
         report_outcome(outcome, options)

@@ -12,7 +12,7 @@ from clusterkit.checks.registry import CHECKS, describe
 from tests.support import check_ids
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-PAGES = ("checks.md", "network.md", "bench.md", "images.md")
+PAGES = ("checks.md", "network.md", "bench.md", "images.md", "launch.md")
 ROW = re.compile(r"^\| `([a-z]+\.[a-z0-9_-]+)` \|")
 
 

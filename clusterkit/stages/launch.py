@@ -1,0 +1,94 @@
+"""Stage `launch`: the job itself, after the check's stages, over the same session.
+
+It runs the plan (clusterkit/launch/plan.py, made from what the session learned) under the
+supervisor on every node at once, over the session's connections, and records the outcome:
+one `launch.job` finding, and the outcome as the stage's details. Gated, it never starts
+when an earlier stage of the session failed or could not check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.launch.plan import LaunchSettings, build_plan
+from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
+from clusterkit.report.model import verdict_status
+from clusterkit.stages.base import Stage, StageResult, no_hosts_reason
+from clusterkit.stages.session import Session
+from clusterkit.status import ExitStatus
+
+
+class LaunchStage(Stage):
+    """`settings` is what the command made of the flags and the session; `strict` makes
+    warnings refuse the launch, as `check --strict` fails on them."""
+
+    name = "launch"
+    together = True  # every node's torchrun must start for the rendezvous
+
+    def __init__(
+        self,
+        settings: LaunchSettings,
+        options: SuperviseOptions,
+        *,
+        gated: bool = True,
+        strict: bool = False,
+    ) -> None:
+        self.settings, self.options, self.gated, self.strict = settings, options, gated, strict
+        self.outcome: JobOutcome | None = None
+
+    def skip_reason(self, session: Session) -> str | None:
+        hosts = [node.name for node in self.settings.nodes]
+        if missing := [host for host in hosts if host not in session.transports]:
+            return f"not every node is connected ({', '.join(missing)})"
+        if self.gated and verdict_status(session.findings, strict=self.strict) is not (
+            ExitStatus.PASSED
+        ):
+            return "the check did not pass"
+        return no_hosts_reason(session)
+
+    def skipped(self, reason: str) -> list[Finding]:
+        return [Finding("launch.job", Status.SKIP, f"job not started: {reason}")]
+
+    def run(self, session: Session) -> StageResult:
+        pythons = {node.name: node.python for node in self.settings.nodes}
+        plan = build_plan(self.settings)
+        self.outcome = Supervisor(
+            session.transports, plan, self.settings.run_id, pythons, self.options
+        ).run()
+        return StageResult([job_finding(self.outcome)], outcome_details(self.outcome))
+
+
+def job_finding(outcome: JobOutcome) -> Finding:
+    status = Status.OK if outcome.status == 0 else Status.FAIL
+    hosts = [outcome.first_failure.host] if outcome.first_failure else []
+    return Finding("launch.job", status, f"job {outcome.result}: {outcome.message}", hosts=hosts)
+
+
+def outcome_details(outcome: JobOutcome) -> dict[str, Any]:
+    first = outcome.first_failure
+    hang = outcome.hang
+    return {
+        "result": outcome.result,
+        "exit_status": outcome.status,
+        "message": outcome.message,
+        "seconds": round(outcome.seconds, 3),
+        "node_exit_codes": outcome.node_codes,
+        "first_failure": None
+        if first is None
+        else {
+            "host": first.host,
+            "rank": first.rank,
+            "exit_code": first.exit_code,
+            "signal": first.signal_name,
+            "last_lines": list(first.last_lines),
+        },
+        "hang": None
+        if hang is None
+        else {
+            "reason": hang.reason,
+            "summary": hang.summary,
+            "odd_ones_out": hang.odd_ones_out,
+            "missing": hang.missing,
+        },
+    }
