@@ -1,0 +1,42 @@
+"""Explain a blocked TCP connect from a node's firewall rule sets (pure; no network).
+
+Given the text of `iptables-save` (legacy or nft backend) or `nft list ruleset`, walk the
+chains a new TCP connection traverses (INPUT on the receiver, OUTPUT on the sender) and
+return the first rule or policy that drops or rejects it. Matches the evaluator does not
+understand are assumed to match and named in `uncertain`, so an explanation is never
+silently wrong about its confidence.
+"""
+
+from __future__ import annotations
+
+from clusterkit.net.firewall.iptables import explain_iptables, parse_iptables_save
+from clusterkit.net.firewall.model import BLOCKING, Packet, Verdict
+from clusterkit.net.firewall.nftables import explain_nft, parse_nft
+
+__all__ = [
+    "BLOCKING",
+    "Packet",
+    "Verdict",
+    "explain",
+    "explain_iptables",
+    "explain_nft",
+    "parse_iptables_save",
+    "parse_nft",
+]
+
+
+def explain(firewall: dict[str, dict], packet: Packet, hook: str) -> Verdict | None:
+    """The first verdict that blocks `packet` at `hook` ("input" or "output") in any of the
+    node's collected rule sets (iptables-save before nft, whose iptables-nft tables it
+    repeats), or None when every rule set lets it pass or none could be read."""
+    for tool in ("iptables", "iptables-legacy"):
+        entry = firewall.get(tool) or {}
+        if entry.get("state") == "ok" and entry.get("text"):
+            verdict = explain_iptables(entry["text"], packet, hook, tool=tool)
+            if verdict:
+                return verdict
+    entry = firewall.get("nft") or {}
+    if entry.get("state") == "ok" and entry.get("text"):
+        skip_iptables_tables = (firewall.get("iptables") or {}).get("state") == "ok"
+        return explain_nft(entry["text"], packet, hook, skip_iptables_tables)
+    return None
