@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.bench import gate
-from clusterkit.bench.launcher import NodeRun, _failure_findings, read_node, split_nccl_logs
+from clusterkit.bench.attribution import NodeRun, failure_findings, read_node, split_nccl_logs
 from clusterkit.bench.worker import summarise
 from clusterkit.checks.model import Status
 from clusterkit.transport.base import CommandResult, Deadline
@@ -240,7 +240,7 @@ def test_the_node_whose_rank_died_is_blamed_not_the_ones_stopped() -> None:
         _run("node2", 1, stderr, 1, 3.0),  # returned later, but a rank died by signal
         _run("node3", 2, b"", None, 5.0, killed=True),
     ]
-    findings = _failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
+    findings = failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
     failed = next(f for f in findings if f.id == "bench.rank-failed")
     assert failed.status is Status.FAIL and failed.hosts == ["node2"]
     assert "rank 2 on node2 died (signal 9 SIGKILL)" in failed.message
@@ -249,7 +249,7 @@ def test_the_node_whose_rank_died_is_blamed_not_the_ones_stopped() -> None:
 
 def test_nothing_joined_and_deadline() -> None:
     runs = [_run("node1", 0, b"", None, 5.0, killed=True), _run("node2", 1, b"", None, 5.0, True)]
-    findings = _failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(0))
+    findings = failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(0))
     assert [f.id for f in findings] == ["bench.timeout", "bench.not-joined"]
     assert all(f.status is Status.ERROR for f in findings)
 
@@ -270,7 +270,7 @@ def test_a_rank_killed_from_outside_beats_a_peer_that_aborted_earlier() -> None:
         b"Signal 9 (SIGKILL)", b"Signal 6 (SIGABRT)"
     )
     runs = [_run("node3", 2, aborted, 1, 1.0), _run("node2", 1, killed, 1, 2.0)]
-    findings = _failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
+    findings = failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
     failed = next(f for f in findings if f.id == "bench.rank-failed")
     assert failed.hosts == ["node2"]
     assert "then failed too: node3" in failed.message

@@ -1,0 +1,267 @@
+"""Which node failed, decided from what every node printed (pure given the runs).
+
+A bench that ends without a result is attributed here: each node's torchrun log (joined
+ranks, the worker's `error KIND:` lines, torchrun's root-cause section and the signal that
+killed a rank) is read into a NodeReport, and the findings name the node, and the rank,
+that failed first, the ones that failed as a consequence and those clusterkit stopped. With
+a result, the gate turns it into the bench's verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from clusterkit import framing
+from clusterkit.bench import gate
+from clusterkit.checks.model import Finding, Status
+from clusterkit.errors import TransportError
+from clusterkit.inventory.model import Inventory
+from clusterkit.transport.base import CommandResult, Deadline
+
+if TYPE_CHECKING:
+    from clusterkit.bench.launcher import BenchOptions
+
+STAGE = "bench"
+NCCL_LOG_BEGIN = "--clusterkit-nccl-log--"
+NCCL_LOG_END = "--clusterkit-nccl-log-end--"
+_LOG_LINE = re.compile(r"^clusterkit-bench: (.*)$", re.M)
+_JOINED = re.compile(r"rank (\d+) joined on (\S+)")
+_ERROR = re.compile(r"error ([\w-]+): (.*)")
+_ROOT_CAUSE = re.compile(
+    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.M
+)
+_ROOT_SECTION = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={10,}|\Z)", re.S)
+_EXTERNAL_SIGNALS = {1, 2, 9, 15}  # SIGHUP, SIGINT, SIGKILL, SIGTERM
+_SIGNAL = re.compile(r"Signal (\d+) \((\w+)\) received by PID")
+
+
+@dataclass
+class NodeRun:
+    """What one node's torchrun did, as seen from here."""
+
+    host: str
+    node_rank: int
+    result: CommandResult | None = None
+    error: TransportError | None = None
+    ended_at: float | None = None
+    killed: bool = False  # we sent the kill command before it ended
+
+    @property
+    def stdout(self) -> str:
+        return self.result.stdout.decode("utf-8", "replace") if self.result else ""
+
+    @property
+    def stderr(self) -> str:
+        return self.result.stderr.decode("utf-8", "replace") if self.result else ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.result is not None and self.result.ok
+
+
+def split_nccl_logs(stderr: str) -> tuple[str, str]:
+    """Separate the node's own stderr from the NCCL log sections the node script appended."""
+    own: list[str] = []
+    logs: list[str] = []
+    inside = False
+    for line in stderr.splitlines():
+        if line.startswith(NCCL_LOG_BEGIN):
+            inside = True
+        elif line.startswith(NCCL_LOG_END):
+            inside = False
+        elif inside:
+            logs.append(line)
+        else:
+            own.append(line)
+    return "\n".join(own), "\n".join(logs)
+
+
+@dataclass
+class NodeReport:
+    """What one node printed, reduced to facts the verdict needs."""
+
+    host: str
+    joined: list[int]
+    errors: list[tuple[str, str]]  # (kind, message) from the worker
+    root_causes: list[tuple[int, int, str]]  # torchrun's first observed failure: rank, exit, signal
+    frame: dict[str, Any] | None
+
+
+def read_node(run: NodeRun) -> NodeReport:
+    own, _ = split_nccl_logs(run.stderr)
+    joined: list[int] = []
+    errors: list[tuple[str, str]] = []
+    for line in _LOG_LINE.findall(own):
+        if match := _JOINED.match(line):
+            joined.append(int(match[1]))
+        elif match := _ERROR.match(line):
+            errors.append((match[1], match[2].strip()))
+    causes: list[tuple[int, int, str]] = []
+    for section in _ROOT_SECTION.findall(own):
+        for match in _ROOT_CAUSE.finditer(section):
+            signal = _SIGNAL.search(section, match.end())
+            causes.append((int(match[1]), int(match[3]), signal[2] if signal else ""))
+    frame = None
+    if run.result is not None:
+        try:
+            frame = framing.decode(run.result.stdout)
+        except framing.FrameError:
+            frame = None
+    return NodeReport(run.host, sorted(set(joined)), errors, causes, frame)
+
+
+def judge(
+    runs: list[NodeRun],
+    inventory: Inventory,
+    options: BenchOptions,
+    nproc: int,
+    deadline: Deadline,
+) -> tuple[list[Finding], dict[str, Any] | None]:
+    """Findings from what every node printed. Pure given the runs."""
+    reports = {run.host: read_node(run) for run in runs}
+    hosts = [run.host for run in runs]
+    result = next(
+        (
+            r.frame
+            for r in reports.values()
+            if r.frame and "results" in r.frame and not r.frame.get("error")
+        ),
+        None,
+    )
+    findings: list[Finding] = []
+    world_errors = [
+        (host, message)
+        for host, report in reports.items()
+        for kind, message in report.errors
+        if kind == "world-size"
+    ]
+    if world_errors:
+        findings.append(
+            Finding(
+                "bench.world-size",
+                Status.FAIL,
+                f"{world_errors[0][1]} (caught before timing)",
+                hosts=sorted({host for host, _ in world_errors}),
+                expected=len(runs) * nproc,
+                stage=STAGE,
+                remedy="check --nproc-per-node / clusterkit.expect.gpus_per_node and that every "
+                "node runs the bench",
+            )
+        )
+    if result is None and not world_errors:
+        findings += failure_findings(runs, reports, deadline)
+        return findings, None
+    if result is None:
+        return findings, None
+    threshold = gate.resolve_threshold(
+        flag=options.min_busbw,
+        environ=options.environ,
+        inventory_min_busbw=inventory.settings.bench.min_busbw,
+        fabric=gate.detect_fabric(options.facts) if options.facts else None,
+        backend=str(result.get("backend")),
+    )
+    verdict = gate.evaluate(result, threshold, options.gate_size)
+    result["gate"] = verdict.to_dict()
+    findings.append(gate.busbw_finding(verdict, hosts))
+    findings.append(gate.correctness_finding(result, hosts))
+    optional = [gate.slow_rank_finding(result, options.gate_size)]
+    logs = {run.host: gate.parse_nccl_log(split_nccl_logs(run.stderr)[1]) for run in runs}
+    optional.append(gate.socket_transport_finding(logs, options.facts))
+    environments = {h: dict(f.get("env") or {}) for h, f in options.facts.items()}
+    environments["(control machine)"] = {
+        k: v for k, v in options.environ.items() if k in gate.DEBUG_ONLY_NCCL_VARS
+    }
+    optional.append(gate.debug_vars_finding(environments))
+    findings += [finding for finding in optional if finding is not None]
+    return findings, result
+
+
+def failure_findings(
+    runs: list[NodeRun], reports: dict[str, NodeReport], deadline: Deadline
+) -> list[Finding]:
+    """No result: name the node (and rank) that failed first, and those that never joined."""
+    culprits: list[tuple[int, float, str, str]] = []  # (priority, ended, host, message)
+    for run in runs:
+        report = reports[run.host]
+        if run.killed:
+            continue
+        ended = run.ended_at or float("inf")
+        if run.error is not None:
+            culprits.append((0, ended, run.host, f"{run.host} dropped out: {run.error.detail}"))
+        elif run.result is not None and run.result.timed_out:
+            message = f"{run.host} did not finish before the deadline"
+            culprits.append((4, ended, run.host, message))
+        elif run.result is not None and run.result.exit_code != 0:
+            died = [c for c in report.root_causes if c[1] < 0]
+            if died:
+                rank, code, name = died[0]
+                # Killed from outside (SIGKILL, OOM killer, SIGTERM) comes before a crash such
+                # as gloo's abort, which is usually the consequence of losing a peer.
+                priority = 1 if -code in _EXTERNAL_SIGNALS else 2
+                message = f"rank {rank} on {run.host} died (signal {-code} {name})".strip()
+                culprits.append((priority, ended, run.host, message))
+            else:
+                detail = _last_error(report, run)
+                message = f"{run.host} failed (exit {run.result.exit_code}): {detail}"
+                culprits.append((3, ended, run.host, message))
+    culprits.sort()
+    findings: list[Finding] = []
+    stopped = [run.host for run in runs if run.killed]
+    if culprits:
+        first_host, message = culprits[0][2], culprits[0][3]
+        others = sorted({c[2] for c in culprits[1:]} - {first_host})
+        tail = f"; then failed too: {', '.join(others)}" if others else ""
+        tail += f"; stopped by clusterkit: {', '.join(stopped)}" if stopped else ""
+        findings.append(
+            Finding(
+                "bench.rank-failed",
+                Status.FAIL,
+                message + tail,
+                hosts=[first_host],
+                found=message,
+                stage=STAGE,
+                remedy=f"look at {first_host}: `dmesg`, the NCCL log in the JSON report, and the "
+                "network stage findings",
+            )
+        )
+    elif stopped:
+        findings.append(
+            Finding(
+                "bench.timeout",
+                Status.ERROR,
+                f"no result before the deadline; stopped on {', '.join(stopped)}",
+                hosts=stopped,
+                stage=STAGE,
+                remedy="raise --timeout, or reduce -e/-n; check the network stage",
+            )
+        )
+    never = [run.host for run in runs if not reports[run.host].joined]
+    if never:
+        everyone = len(never) == len(runs)
+        findings.append(
+            Finding(
+                "bench.not-joined",
+                Status.ERROR,
+                "no rank joined on any node: the rendezvous never completed"
+                if everyone
+                else f"no rank joined from {', '.join(never)}",
+                hosts=never,
+                stage=STAGE,
+                remedy="check that every node reaches the master port, that all TCP between "
+                "nodes on clusterkit.interface is open, and the network stage findings",
+            )
+        )
+    return findings
+
+
+def _last_error(report: NodeReport, run: NodeRun) -> str:
+    if report.errors:
+        kind, message = report.errors[-1]
+        return f"{kind}: {message}"[:300]
+    if report.frame and report.frame.get("error"):
+        return str(report.frame["error"].get("message"))[:300]
+    own, _ = split_nccl_logs(run.stderr)
+    lines = [line for line in own.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
