@@ -5,7 +5,9 @@ control namespace under its own UTS namespace (hostname `ctl`, on the bridge add
 free port of its own), and one slurmd per node, entered with `nsenter --net` only (`ip netns
 exec` would remount /sys, which slurmd needs) plus private UTS and mount namespaces for the
 node's hostname and /etc/hosts. A TaskProlog puts the node's tool directory (the GPU
-stand-in) first on every task's PATH, as sshd's SetEnv does for SSH sessions.
+stand-in) first on every task's PATH, as sshd's SetEnv does for SSH sessions. With
+`health_check_interval`, slurmd itself runs `clusterkit node-check --slurm-drain` (through a
+wrapper, as an admin's HealthCheckProgram would) every that many seconds on every node.
 
     with NetCluster(3) as net, SlurmCluster(net) as slurm:
         slurm.run(["srun", "-N3", "hostname"])        # SLURM_CONF set for you
@@ -27,6 +29,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,7 +86,9 @@ def free_port(address: str) -> int:
 class SlurmCluster:
     """slurmctld + one slurmd per node of `net`; node names are the NetCluster's (node1...)."""
 
-    def __init__(self, net: NetCluster, *, cpus: int = 2) -> None:
+    def __init__(
+        self, net: NetCluster, *, cpus: int = 2, health_check_interval: int | None = None
+    ) -> None:
         reason = unavailable_reason()
         if reason:
             raise NetClusterError(reason)
@@ -98,6 +103,7 @@ class SlurmCluster:
         self.node_names = [node.name for node in net.nodes]
         self._daemons: list[subprocess.Popen[bytes]] = []
         self._closed = False
+        self.health_check_interval = health_check_interval
         try:
             self._build(cpus)
         except BaseException:
@@ -246,6 +252,7 @@ class SlurmCluster:
             for node in self.net.nodes
         )
         names = ",".join(self.node_names)
+        health_check = self._health_check_lines()
         self.conf.write_text(
             f"""\
 ClusterName={self.net.prefix.lower()}
@@ -282,9 +289,31 @@ MinJobAge=10
 InactiveLimit=0
 SlurmdTimeout=300
 MailProg=/bin/true
-{nodes}
+{health_check}{nodes}
 PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP
 """
+        )
+
+    def _health_check_lines(self) -> str:
+        """slurm.conf lines running `clusterkit node-check --slurm-drain` from slurmd (with
+        this venv's python and the node's own GPU stand-in), or "" without an interval."""
+        if self.health_check_interval is None:
+            return ""
+        wrapper = self.dir / "healthcheck.sh"
+        node_dir = f"{self.net.dir}/$node"
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            "# What an admin's HealthCheckProgram would be; each run's report kept per node.\n"
+            'node="${SLURMD_NODENAME:-$(hostname -s)}"\n'
+            f'export PATH="{node_dir}/bin:/usr/local/bin:/usr/bin:/bin" SLURM_CONF={self.conf}\n'
+            f"exec {shlex.quote(sys.executable)} -m clusterkit node-check --slurm-drain"
+            f' --node-name "$node" --format json --output "{node_dir}/health-check.json"\n'
+        )
+        wrapper.chmod(0o755)
+        return (
+            f"HealthCheckProgram={wrapper}\n"
+            f"HealthCheckInterval={self.health_check_interval}\n"
+            "HealthCheckNodeState=ANY\n"
         )
 
     def _start_slurmctld(self) -> None:
