@@ -21,7 +21,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import Facts, parity_findings
 from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
 from clusterkit.inventory.model import Expectations
-from clusterkit.remedy import provision_command
+from clusterkit.provision.remedy import provision_command
 
 __all__ = ["Finding", "Status", "static_findings"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, parity_finding, section
-from clusterkit.remedy import provision_command
+from clusterkit.provision.remedy import provision_command
 
 
 def nvlink_value(f: Mapping[str, Any]) -> str | None:

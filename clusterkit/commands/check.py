@@ -9,7 +9,7 @@ from typing import TextIO
 
 from clusterkit.checks.model import Status
 from clusterkit.commands.common import checked_session, load_targets
-from clusterkit.remedy import command_of
+from clusterkit.provision.remedy import command_of
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
 from clusterkit.slurm.check import write_exclude_file

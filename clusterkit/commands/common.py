@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.errors import UsageError
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
-from clusterkit.remedy import with_stage_fixes
+from clusterkit.provision.remedy import with_stage_fixes
 from clusterkit.slurm.check import slurm_stages
 from clusterkit.slurm.target import SlurmTarget, slurm_target, wants_slurm
 from clusterkit.stages import Session, Stage, run_stages

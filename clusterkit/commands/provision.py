@@ -7,14 +7,14 @@ import sys
 
 from clusterkit.errors import UsageError
 from clusterkit.inventory import load_inventory, select_hosts
-from clusterkit.provision import (
+from clusterkit.provision.playbook import (
     PlaybookRun,
     ansible_playbook,
     build_argv,
     find_playbook,
     run_playbook,
 )
-from clusterkit.remedy import TAGS
+from clusterkit.provision.remedy import TAGS
 from clusterkit.status import ExitStatus
 
 

@@ -10,7 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from clusterkit.remedy import TAGS
+from clusterkit.provision.remedy import TAGS
 from tests.support.netcluster import NetCluster
 
 

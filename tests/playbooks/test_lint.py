@@ -30,7 +30,7 @@ def test_ansible_lint_passes() -> None:
 
 
 def test_every_remedy_tag_is_a_role_tag() -> None:
-    from clusterkit.remedy import TAGS
+    from clusterkit.provision.remedy import TAGS
 
     site = (PLAYBOOKS / "site.yml").read_text()
     for tag in TAGS:

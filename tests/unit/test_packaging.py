@@ -50,7 +50,7 @@ def test_wheel_ships_every_playbook_file(wheel: Path) -> None:
 def test_installed_wheel_finds_its_own_playbooks(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path)
     # -S and an explicit path: only the unpacked wheel is importable, not this checkout.
-    code = "from clusterkit.provision import find_playbook; print(find_playbook())"
+    code = "from clusterkit.provision.playbook import find_playbook; print(find_playbook())"
     done = subprocess.run(
         [sys.executable, "-S", "-c", code],
         capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path,

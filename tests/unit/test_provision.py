@@ -10,7 +10,7 @@ import pytest
 from clusterkit import cli
 from clusterkit.commands.provision import plan
 from clusterkit.errors import UsageError
-from clusterkit.provision import PlaybookRun, build_argv, find_playbook
+from clusterkit.provision.playbook import PlaybookRun, build_argv, find_playbook
 from tests.support.cli import CliRun, run_cli
 
 INVENTORY = "all:\n  hosts:\n    node1: {ansible_host: 10.0.0.1}\n    node2:\n"

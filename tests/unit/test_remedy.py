@@ -10,7 +10,7 @@ import yaml
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import PARITY
 from clusterkit.checks.stack import PINS
-from clusterkit.remedy import BY_HAND, STAGE_FIXES, TAGS, command_of, with_stage_fixes
+from clusterkit.provision.remedy import BY_HAND, STAGE_FIXES, TAGS, command_of, with_stage_fixes
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "playbooks" / "site.yml"

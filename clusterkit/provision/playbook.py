@@ -46,7 +46,7 @@ class PlaybookRun:
 def playbook_candidates() -> list[Path]:
     """Where site.yml may live, in order: $CLUSTERKIT_PLAYBOOKS, inside the installed package
     (package data), beside the package in a source checkout."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # the clusterkit package
     candidates = [package / "playbooks", package.parent / "playbooks"]
     override = os.environ.get(PLAYBOOKS_ENV)
     if override:
