@@ -169,7 +169,9 @@ def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
     except subprocess.TimeoutExpired:
         raise UsageError(f"{what}: {argv[0]} did not answer in {SLURM_SECONDS:g} s") from None
     if done.returncode != 0:
-        detail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        # scontrol says "Partition x not found" on stdout, other errors on stderr.
+        said = done.stderr.strip() or done.stdout.strip()
+        detail = said.splitlines()[-1:] or [f"exit {done.returncode}"]
         raise UsageError(f"{what}: {' '.join(argv)} failed: {detail[0]}")
     return done.stdout
 
