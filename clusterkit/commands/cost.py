@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from clusterkit.cost import catalog as price_catalog
 from clusterkit.cost import simulate
 from clusterkit.cost.estimate import Estimate, Provenance, estimate
-from clusterkit.cost.rates import RateSource, parse_rate, read_trace
+from clusterkit.cost.rates import ADVISOR_BUCKETS, RateSource, parse_rate, read_trace
 from clusterkit.cost.scenario import CapacityWait, Hazard, Scenario
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import CostSettings
@@ -93,7 +93,7 @@ def build(args: argparse.Namespace) -> Estimate:
     hours = _number(values, "hours", required=True)
     assert hours is not None  # required: _number raised a usage error otherwise
     prices, provenance_prices, gpus_from_catalog = _prices(values, warnings)
-    rate = _rate(values)
+    rate = _rate(values, provenance_prices.pop("interruption", None))
     correlation_origin = "default: independent"
     correlation = _number(values, "correlation")
     if correlation is not None:
@@ -244,7 +244,8 @@ def _count(values: _Values, key: str, raw: Any = None) -> int:
     return int(number)
 
 
-def _rate(values: _Values) -> RateSource:
+def _rate(values: _Values, catalog_bucket: str | None = None) -> RateSource:
+    """--trace, else --preempt-rate, else the catalog row's AWS Spot Advisor bucket."""
     trace, given = values.get("trace"), values.get("preempt_rate")
     if trace is not None and given is not None:
         raise UsageError("give --preempt-rate or --trace, not both")
@@ -256,6 +257,9 @@ def _rate(values: _Values) -> RateSource:
                 f"which {LIMITS['preempt_rate'].rule()}"
             )
         return source
+    if given is None and catalog_bucket in ADVISOR_BUCKETS:
+        bucket = parse_rate(catalog_bucket)
+        return replace(bucket, origin=f"{bucket.origin} (the catalog row's, AWS Spot Advisor)")
     if given is None:
         raise UsageError(
             "no preemption rate: give --preempt-rate RATE (per node-hour) or an advisor "
@@ -325,6 +329,7 @@ def _prices(
         "catalog_path": loaded.path,
         "catalog_source": entry.source or loaded.source,
         "catalog_date": None if dated is None else dated.isoformat(),
+        "interruption": entry.interruption,
     }
     return (on_demand, spot), provenance, entry.gpus  # type: ignore[return-value]
 

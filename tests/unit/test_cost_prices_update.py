@@ -146,6 +146,20 @@ def test_update_writes_the_user_catalog_and_cost_reads_it(server, tmp_path: Path
     document = json.loads(cost.stdout)
     assert document["catalog"]["date"] == "2026-11-01"
     assert document["catalog"]["source"].endswith("/us-east-1/index.json")
+    # No --preempt-rate: the row's Spot Advisor bucket (15-20% for p5 in us-east-1) is used.
+    cost = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "cost", "--nodes", "2", "--hours", "10",
+         "--instance", "p5.48xlarge", "--region", "us-east-1", "--trials", "0",
+         "--format", "json"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert cost.returncode == 0, cost.stderr
+    inputs = json.loads(cost.stdout)["inputs"]
+    assert (
+        inputs["preempt_rate_origin"]
+        == "advisor bucket 15-20% (the catalog row's, AWS Spot Advisor)"
+    )
 
 
 def test_update_refuses_to_write_over_the_packaged_catalog(server):
