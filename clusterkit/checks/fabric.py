@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, parity_finding, section
+from clusterkit.checks.parity import Facts, majority, parity_finding, section
 from clusterkit.provision.remedy import provision_command
 
 
@@ -107,6 +107,26 @@ def _container_toolkit(facts: Facts, inventory_path: str | None) -> Finding:
     if not checked:
         return Finding(
             "docker.container-toolkit", Status.SKIP, "not checked: no GPU node reported docker"
+        )
+    versions = {
+        host: version
+        for host in checked
+        if host not in missing
+        and (version := section(facts[host], "docker").get("nvidia_ctk_version"))
+    }
+    if not missing and len(set(versions.values())) > 1:
+        common = majority(versions)
+        odd = {host: version for host, version in versions.items() if version != common}
+        return Finding(
+            "docker.container-toolkit",
+            Status.WARN,
+            f"NVIDIA container toolkit differs across GPU nodes (most run {common}): "
+            + "; ".join(f"{host}: {version}" for host, version in odd.items()),
+            hosts=list(odd),
+            expected=common,
+            found=odd,
+            remedy=provision_command(inventory_path, "container-toolkit", list(odd))
+            or f"install nvidia-container-toolkit {common} on {', '.join(odd)}",
         )
     return over_hosts(
         "docker.container-toolkit",

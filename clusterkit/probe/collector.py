@@ -473,12 +473,22 @@ def collect_env(options):
     return {key: os.environ[key] for key in ENV_NAMES if key in os.environ}
 
 
+CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
+
+
 def collect_docker(options):
     facts = {
         "docker": which("docker"),
         "nvidia_container_runtime": which("nvidia-container-runtime"),
         "nvidia_ctk": which("nvidia-ctk"),
     }
+    if facts["nvidia_ctk"]:  # only where the toolkit is installed: GPU nodes
+        # "NVIDIA Container Toolkit CLI version 1.14.6" (then a commit line)
+        try:
+            match = CTK_VERSION.search(run_tool(["nvidia-ctk", "--version"], 5))
+            facts["nvidia_ctk_version"] = match.group(1) if match else None
+        except ToolError as error:
+            facts["nvidia_ctk_error"] = str(error)[:200]
     daemon = read("/etc/docker/daemon.json")
     if daemon:
         try:
@@ -581,7 +591,7 @@ def collect_clock(options):
 
 
 def collect_infiniband(options):
-    base = "/sys/class/infiniband"
+    base = os.path.join(options.get("sysfs", "/sys"), "class", "infiniband")
     if not os.path.isdir(base):
         return {"devices": []}
     devices = []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from clusterkit.bench import gate
@@ -110,3 +113,63 @@ def test_bench_container_gets_the_rdma_devices() -> None:
         )  # fmt: skip
 
     assert "/dev/infiniband" in argv(True) and "/dev/infiniband" not in argv(False)
+
+
+def test_container_toolkit_versions_differing_warn_naming_the_odd_node() -> None:
+    hosts = healthy(3)
+    for host, version in zip(hosts, ("1.17.8", "1.17.8", "1.14.6")):
+        hosts[host]["docker"].update(nvidia_ctk="/usr/bin/nvidia-ctk", nvidia_ctk_version=version)
+    finding = by_id(hosts, image="x")["docker.container-toolkit"]
+    assert finding.status is Status.WARN and finding.hosts == ["node3"]
+    assert finding.expected == "1.17.8" and finding.found == {"node3": "1.14.6"}
+    hosts["node3"]["docker"]["nvidia_ctk_version"] = "1.17.8"
+    assert by_id(hosts, image="x")["docker.container-toolkit"].status is Status.OK
+
+
+# `nvidia-ctk --version` as the toolkit prints it.
+CTK_OUTPUT = (
+    "NVIDIA Container Toolkit CLI version 1.17.8\n"
+    "commit: f202b80a9b9d0db00d9b1d73c0128c8962c55f4d\n"
+)
+
+
+def _collector(tmp_path: Path, code: str) -> dict:
+    probe_dir = Path(__file__).resolve().parents[2] / "clusterkit" / "probe"
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", f"import json, collector; print(json.dumps({code}))"],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={"PYTHONPATH": str(probe_dir), "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"},
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def test_collector_reads_the_toolkit_version(tmp_path: Path) -> None:
+    tool = tmp_path / "bin" / "nvidia-ctk"
+    tool.parent.mkdir()
+    tool.write_text(f"#!/bin/sh\nprintf '%s' '{CTK_OUTPUT}'\n")
+    tool.chmod(0o755)
+    facts = _collector(tmp_path, "collector.collect_docker({})")
+    assert facts["nvidia_ctk"] == str(tool) and facts["nvidia_ctk_version"] == "1.17.8"
+
+
+def test_collector_reads_infiniband_ports_from_sysfs(tmp_path: Path) -> None:
+    """The files as the kernel lays them out: state '4: ACTIVE', rate '400 Gb/sec (4X NDR)'."""
+    for device, state, rate in (("mlx5_0", "4: ACTIVE", "400 Gb/sec (4X NDR)"),
+                                ("mlx5_1", "1: DOWN", "10 Gb/sec (4X SDR)")):  # fmt: skip
+        port = tmp_path / "sys" / "class" / "infiniband" / device / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "rate").write_text(rate + "\n")
+        (port / "link_layer").write_text("InfiniBand\n")
+    (tmp_path / "bin").mkdir()
+    facts = _collector(tmp_path, f"collector.collect_infiniband({{'sysfs': '{tmp_path / 'sys'}'}})")
+    ports = {d["name"]: d["ports"][0] for d in facts["devices"]}
+    assert ports["mlx5_0"] == {
+        "port": "1", "state": "ACTIVE", "rate_gbps": 400.0, "link_layer": "InfiniBand"
+    }  # fmt: skip
+    assert ports["mlx5_1"]["state"] == "DOWN" and ports["mlx5_1"]["rate_gbps"] == 10.0
+    # and the checks read them: the node with a port down is named
+    hosts = healthy(2)
+    hosts["node1"]["infiniband"] = ib_section(("ACTIVE", 400.0), ("ACTIVE", 400.0))
+    hosts["node2"]["infiniband"] = facts
+    assert by_id(hosts)["parity.infiniband"].hosts == ["node2"]
