@@ -87,6 +87,14 @@ class ProbeSettings:
 
 
 @dataclass(frozen=True)
+class SlurmSettings:
+    """`clusterkit.slurm`: how the srun transport starts its job steps."""
+
+    # Given to every srun step, e.g. ("--gres=gpu:8",) where ConstrainDevices would hide GPUs
+    srun_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CostSettings:
     """`clusterkit.cost`: inputs of `clusterkit cost`, each named like its flag (None: unset;
     the command applies flags over these, then the catalog and its own defaults)."""
@@ -127,6 +135,7 @@ class ClusterSettings:
     network: NetworkSettings = field(default_factory=NetworkSettings)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     cost: CostSettings = field(default_factory=CostSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
     gpu_busy_mib: int = 1024  # memory in use above which a GPU counts as busy (gpu.busy)
     # Folders every node must share (the checkpoint directory rank 0 writes, all ranks read)
     shared_paths: tuple[str, ...] = ()

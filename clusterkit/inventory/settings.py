@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, NoReturn, TypeVar
@@ -29,6 +30,7 @@ from clusterkit.inventory.model import (
     Expectations,
     NetworkSettings,
     ProbeSettings,
+    SlurmSettings,
 )
 from clusterkit.inventory.yamlfile import LineMap, is_template
 from clusterkit.versions import Constraint
@@ -203,6 +205,33 @@ def absolute_path(value: Any) -> str:
     return written
 
 
+# srun options the transport sets itself (which nodes, the deadline, how output comes back):
+# overriding one would break the step. srun takes any unambiguous prefix, so prefixes too.
+SRUN_OWN_OPTIONS = (
+    "nodes", "ntasks", "ntasks-per-node", "nodelist", "exclude", "jobid", "overlap", "time",
+    "kill-on-bad-exit", "input", "output", "error", "label", "pty",
+)  # fmt: skip
+_OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+
+
+def srun_option(value: Any) -> str:
+    """One srun option, `--name` or `--name=value`, with no control characters (it reaches
+    srun's argv as one argument, never a shell) and not one the transport sets itself."""
+    written = text(value)
+    name = written[2:].split("=", 1)[0]
+    if not written.startswith("--") or not _OPTION_NAME.fullmatch(name):
+        raise Invalid(f"must be one long option such as --gres=gpu:8, got {written!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in written):
+        raise Invalid(f"must not hold control characters, got {written!r}")
+    clash = [own for own in SRUN_OWN_OPTIONS if own.startswith(name)]
+    if clash:
+        raise Invalid(
+            f"{written!r}: clusterkit sets --{clash[0]} itself",
+            hint=f"leave out {', '.join('--' + own for own in SRUN_OWN_OPTIONS)}",
+        )
+    return written
+
+
 PORT = integer(1, 65535)
 
 # --- the model: one rule per field of each section --------------------------------------------
@@ -258,12 +287,17 @@ COST_RULES: dict[str, Rule] = {
     "max_price_age_days": number(low=0, unit="days"),
 }
 
+SLURM_RULES: dict[str, Rule] = {
+    "srun_args": list_of(srun_option, "srun options (--name or --name=value)"),
+}
+
 SECTIONS: dict[str, tuple[type, dict[str, Rule]]] = {
     "expect": (Expectations, EXPECT_RULES),
     "bench": (BenchSettings, BENCH_RULES),
     "network": (NetworkSettings, NETWORK_RULES),
     "probe": (ProbeSettings, PROBE_RULES),
     "cost": (CostSettings, COST_RULES),
+    "slurm": (SlurmSettings, SLURM_RULES),
 }
 
 TOP_RULES: dict[str, Rule] = {

@@ -39,7 +39,11 @@ def open_srun_session(inventory: Inventory, job_id: str | None) -> SrunSession:
             subprocess.run(["scancel", own], capture_output=True, timeout=15, check=False)
 
     return SrunSession(
-        names, job_id=job_id or own, interpreter=interpreter_of(inventory), on_close=release
+        names,
+        job_id=job_id or own,
+        interpreter=interpreter_of(inventory),
+        extra_args=inventory.settings.slurm.srun_args,
+        on_close=release,
     )
 
 

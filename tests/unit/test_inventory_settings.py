@@ -205,6 +205,13 @@ def test_settings_resolve_with_precedence_and_must_agree(tmp_path: Path) -> None
         ("{image_run_args: --ipc=host}", 4, "clusterkit.image_run_args", "must be a list"),
         ("{image_run_args: [[a]]}", 4, "clusterkit.image_run_args", "must be a string"),
         ("{image_run_arg: []}", 4, "clusterkit.image_run_arg", "did you mean"),
+        ("{slurm: {srun_args: --gres=gpu:8}}", 4, "clusterkit.slurm.srun_args", "must be a list"),
+        ("{slurm: {srun_args: [-G8]}}", 4, "clusterkit.slurm.srun_args", "one long option"),
+        ("{slurm: {srun_args: ['--gres gpu:8 -x']}}", 4, "clusterkit.slurm.srun_args", "long"),
+        ('{slurm: {srun_args: ["--comment=a\\nb"]}}', 4, "clusterkit.slurm.srun_args", "control"),
+        ("{slurm: {srun_args: [--time=5]}}", 4, "clusterkit.slurm.srun_args", "sets --time"),
+        ("{slurm: {srun_args: [--nodel=n1]}}", 4, "clusterkit.slurm.srun_args", "--nodelist"),
+        ("{slurm: {srun_arg: []}}", 4, "clusterkit.slurm.srun_arg", "did you mean"),
         ("[master]", 4, "clusterkit", "must be a mapping"),
         ("{image: '{{ image }}'}", 4, "clusterkit.image", "Jinja template"),
     ],
@@ -284,6 +291,16 @@ def test_errors_in_group_vars_files_name_that_file(tmp_path: Path) -> None:
     )
     message = error(tmp_path, "all:\n  hosts: {a: }\n")
     assert "group_vars/all.yaml:3: clusterkit.cost.spot_price: must be a number above 0" in message
+
+
+def test_srun_args_are_kept_in_order(tmp_path: Path) -> None:
+    block = "{slurm: {srun_args: ['--gres=gpu:8', --exclusive, '--comment=pre flight']}}"
+    inventory = load(tmp_path, f"all:\n  hosts: {{a: }}\n  vars:\n    clusterkit: {block}\n")
+    assert inventory.settings.slurm.srun_args == (
+        "--gres=gpu:8",
+        "--exclusive",
+        "--comment=pre flight",
+    )
 
 
 def test_every_field_of_every_section_has_a_rule() -> None:
