@@ -149,22 +149,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         "network paths and all-reduce bandwidth. Without an inventory, checks this machine.",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
-    parser.add_argument(
-        "--skip",
-        type=_stage_list,
-        action=_AddStages,
-        default=frozenset(),
-        metavar="STAGE[,STAGE]",
-        help=f"skip stages: {', '.join(STAGES)} (repeatable)",
-    )
-    parser.add_argument("--strict", action="store_true", help="warnings fail the verdict too")
-    parser.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="deadline for each host's probe (default: 60)",
-    )
+    _add_check_run_options(parser, strict_help="warnings fail the verdict too")
     parser.add_argument(
         "--fix-plan",
         action="store_true",
@@ -175,6 +160,28 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     _add_connection_options(parser)
     _add_report_options(parser)
     parser.set_defaults(handler="clusterkit.commands.check:run")
+
+
+def _add_check_run_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, strict_help: str
+) -> None:
+    """How the check runs, the same for `check` and the gate of `launch`."""
+    parser.add_argument(
+        "--skip",
+        type=_stage_list,
+        action=_AddStages,
+        default=frozenset(),
+        metavar="STAGE[,STAGE]",
+        help=f"skip check stages: {', '.join(STAGES)} (repeatable)",
+    )
+    parser.add_argument("--strict", action="store_true", help=strict_help)
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="deadline for each host's probe (default: 60)",
+    )
 
 
 def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -620,21 +627,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     )
     _add_inventory_arguments(parser, "(default: this machine)")
     gate = parser.add_argument_group("gate")
-    gate.add_argument(
-        "--skip",
-        type=_stage_list,
-        default=frozenset(),
-        metavar="STAGE[,STAGE]",
-        help=f"check stages to skip: {', '.join(STAGES)}",
-    )
-    gate.add_argument("--strict", action="store_true", help="warnings refuse the launch too")
-    gate.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="deadline for each host's probe (default: 60)",
-    )
+    _add_check_run_options(gate, strict_help="warnings refuse the launch too")
     gate.add_argument("--no-check", action="store_true", help="launch without checking (loudly)")
     gate.add_argument(
         "--check-report",

@@ -36,9 +36,7 @@ class InventoryError(ClusterkitError):
         key: str | None = None,
         hint: str | None = None,
     ) -> None:
-        where = f"{path}:{line}" if line is not None else str(path)
-        what = f"{key}: {message}" if key else message
-        super().__init__(f"{where}: {what}", hint=hint)
+        super().__init__(_located(path, message, line, key), hint=hint)
         self.path, self.line, self.key = str(path), line, key
 
 
@@ -58,10 +56,15 @@ class SpecError(ConfigError):
         key: str | None = None,
         hint: str | None = None,
     ) -> None:
-        where = f"{_printable(path)}:{line}" if line is not None else _printable(path)
-        what = f"{_printable(key)}: {_printable(message)}" if key else _printable(message)
-        super().__init__(f"{where}: {what}", hint=hint)
+        super().__init__(_located(path, message, line, key), hint=hint)
         self.path, self.line, self.key = str(path), line, key
+
+
+def _located(path: str, message: str, line: int | None, key: str | None) -> str:
+    """`file:line: key: message`, each part on one line whatever the input held."""
+    where = f"{_printable(path)}:{line}" if line is not None else _printable(path)
+    what = f"{_printable(key)}: {_printable(message)}" if key else _printable(message)
+    return f"{where}: {what}"
 
 
 def _printable(text: str) -> str:

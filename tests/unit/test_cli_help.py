@@ -77,3 +77,9 @@ def test_bash_completion(words: list[str], expected: list[str]) -> None:
 def test_zsh_script_loads_bashcompinit() -> None:
     text = script(cli.build_parser(), "zsh")
     assert "bashcompinit" in text and "complete -o filenames -F _clusterkit clusterkit" in text
+
+
+@pytest.mark.parametrize("command", ["check", "launch"])
+def test_skip_accumulates_for_the_check_and_the_launch_gate(command: str) -> None:
+    args = cli.parse([command, "--skip", "network", "--skip", "bench,image"])
+    assert args.skip == frozenset({"network", "bench", "image"})
