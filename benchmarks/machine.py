@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import time
 from pathlib import Path
+
+from tests.support.cpushares import CpuShares
 
 
 def busy_cpu_seconds() -> float:
@@ -17,80 +17,4 @@ def busy_cpu_seconds() -> float:
     return (sum(fields) - idle - iowait) / os.sysconf("SC_CLK_TCK")
 
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-MIN_QUOTA_US = 1000  # the kernel's smallest CFS quota
-
-
-class CpuShares:
-    """Give each simulated node its own fixed slice of CPU, as real nodes each have their
-    own CPUs: a cgroup per node with a CFS quota of `fraction` of one core. The slice does
-    not depend on how many nodes exist, so a small and a large cluster run at the same
-    per-node speed. cgroup v1 (cpu controller) and v2 both work; `reason()` says why not.
-    Processes forked later (SSH sessions) inherit their node's group."""
-
-    def __init__(self, fraction: float) -> None:
-        self.fraction = fraction
-        self.v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
-        self.root = CGROUP_ROOT if self.v2 else CGROUP_ROOT / "cpu"
-        self.parent = self.root / f"clusterkit-bench-{os.getpid()}"
-        self.groups: list[Path] = []
-
-    @staticmethod
-    def reason() -> str | None:
-        if os.geteuid() != 0:
-            return "needs root to create cgroups"
-        if (CGROUP_ROOT / "cgroup.controllers").exists():
-            if "cpu" not in (CGROUP_ROOT / "cgroup.controllers").read_text().split():
-                return "the cgroup v2 cpu controller is not available"
-        elif not (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").exists():
-            return "no cgroup cpu controller mounted"
-        return None
-
-    def confine(self, name: str, pids: list[int]) -> None:
-        if not self.parent.exists():
-            self.parent.mkdir()
-            if self.v2:
-                (self.root / "cgroup.subtree_control").write_text("+cpu")
-                (self.parent / "cgroup.subtree_control").write_text("+cpu")
-        group = self.parent / name
-        group.mkdir()
-        self.groups.append(group)
-        period = max(1000, round(MIN_QUOTA_US / self.fraction))
-        quota = round(self.fraction * period)
-        if self.v2:
-            (group / "cpu.max").write_text(f"{quota} {period}")
-        else:
-            (group / "cpu.cfs_period_us").write_text(str(period))
-            (group / "cpu.cfs_quota_us").write_text(str(quota))
-        for pid in pids:
-            try:
-                (group / "cgroup.procs").write_text(str(pid))
-            except ProcessLookupError:
-                continue  # exited meanwhile
-
-    def close(self) -> None:
-        """Move what still runs back to the root group and remove the groups."""
-        for group in self.groups:
-            give_up = time.monotonic() + 5.0
-            while True:
-                for pid in (group / "cgroup.procs").read_text().split():
-                    try:
-                        (self.root / "cgroup.procs").write_text(pid)
-                    except ProcessLookupError:
-                        continue
-                try:
-                    group.rmdir()
-                    break
-                except OSError as error:  # a process still exiting keeps the group busy
-                    if error.errno != errno.EBUSY or time.monotonic() > give_up:
-                        raise
-                    time.sleep(0.05)
-        if self.parent.exists():
-            self.parent.rmdir()
-        self.groups = []
-
-    def __enter__(self) -> CpuShares:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+__all__ = ["CpuShares", "busy_cpu_seconds"]

@@ -352,3 +352,31 @@ def test_close_leaves_nothing_behind() -> None:
     assert not directory.exists() and not state_file.exists()
     assert not any(Path("/etc/netns", name).exists() for name in netns_names)
     spare.close()  # idempotent
+
+
+# --- several subnets ------------------------------------------------------------------------
+
+
+def test_subnets_route_between_each_other_until_cut() -> None:
+    with NetCluster(4, subnets=2) as split:
+        first, second = split.segment(0), split.segment(1)
+        assert [len(first), len(second)] == [2, 2]
+        assert first[0].address.rsplit(".", 1)[0] != second[0].address.rsplit(".", 1)[0]
+        assert connect(first[0], second[1], 22) == "connected"
+
+        split.cut(0, 1)
+        assert connect(first[0], second[1], 22, timeout=1.0) != "connected"
+        assert connect(second[0], first[1], 22, timeout=1.0) != "connected"
+        assert connect(first[0], first[1], 22) == "connected"  # inside a subnet: untouched
+        assert connect(second[1], second[0], 22) == "connected"
+
+        split.reset()
+        assert connect(second[0], first[1], 22) == "connected"
+        bridges, rules = split.bridges, split.forward_rules
+    forward = run(["iptables", "-w", "-S", "FORWARD"]).stdout
+    assert rules and not any(bridge in forward for bridge in bridges)
+
+
+def test_more_nodes_than_subnets_hold_is_refused_before_anything_is_built() -> None:
+    with pytest.raises(ValueError, match="do not fit"):
+        NetCluster(300, subnets=1)

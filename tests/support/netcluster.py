@@ -13,8 +13,12 @@ stand-in `nvidia-smi` (see fake_nvidia_smi.py) driven by per-node GPU state.
         cluster.reset()                          # healthy again
 
 Needs root, iproute2, OpenSSH server and client tools and iptables. Several clusters may live
-side by side (tests and benchmarks run concurrently): each gets its own name prefix and /24,
+side by side (tests and benchmarks run concurrently): each gets its own name prefix and /24s,
 recorded under /run/netcluster so that a crashed owner's leftovers are removed by the next build.
+
+Large clusters span several subnets (at most 240 nodes per /24), each on its own bridge; this
+machine routes between them, as a spine routes between racks, and `cut(a, b)` drops the
+traffic between two subnets (a failed link or an ACL) while each keeps talking inside.
 Run `python -m tests.support.netcluster --nodes 32 --hold` for a cluster to poke at by hand.
 """
 
@@ -66,7 +70,9 @@ PROBE_NVIDIA_SMI_CALLS = {
 }
 # Starts in ~25 ms and always exists where the tests run; the stand-in is stdlib only.
 STAND_IN_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-FIRST_HOST_OCTET = 10  # node i gets <subnet>.<10 + i>; the bridge (control side) gets .1
+FIRST_HOST_OCTET = 10  # the j-th node of a subnet gets <subnet>.<10 + j>; its bridge .1
+NODES_PER_SUBNET = 240
+MAX_NODES = 1000
 COMMAND_TIMEOUT = 20.0
 FLUSHED_FILTER_TABLE = (
     "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
@@ -282,7 +288,9 @@ class Node:
         self.index = index  # 1-based
         self.name = f"node{index}"  # hostname and inventory name
         self.netns = f"{cluster.prefix}-{self.name}"
-        self.address = f"{cluster.subnet}.{FIRST_HOST_OCTET + index}"
+        self.segment = (index - 1) // cluster.per_subnet  # which subnet (and bridge)
+        slot = (index - 1) % cluster.per_subnet + 1
+        self.address = f"{cluster.subnets[self.segment]}.{FIRST_HOST_OCTET + slot}"
         self.interface = NODE_INTERFACE
         self.host_veth = f"{cluster.prefix}v{index}"
         self.dir = cluster.dir / self.name
@@ -413,6 +421,21 @@ class Node:
 
     # --- network ------------------------------------------------------------------------
 
+    @property
+    def bridge(self) -> str:
+        return self.cluster.bridges[self.segment]
+
+    @property
+    def subnet(self) -> str:
+        return self.cluster.subnets[self.segment]
+
+    def add_route(self) -> None:
+        """Other subnets through this machine (only when there are others: a one-subnet
+        cluster keeps no default route, so a wrong address stays unreachable at once)."""
+        if len(self.cluster.subnets) > 1:
+            gateway = self.cluster.bridge_addresses[self.segment]
+            run(["ip", "-n", self.netns, "route", "replace", "default", "via", gateway])
+
     def set_mtu(self, mtu: int = DEFAULT_MTU) -> None:
         """MTU of eth0 inside the node only (a mismatch shows up as hangs on large messages)."""
         run(["ip", "-n", self.netns, "link", "set", self.interface, "mtu", str(mtu)])
@@ -522,10 +545,11 @@ class Node:
         run(["ip", "netns", "add", self.netns])
         run(["ip", "link", "add", self.host_veth, "type", "veth",
              "peer", "name", self.interface, "netns", self.netns])  # fmt: skip
-        run(["ip", "link", "set", self.host_veth, "master", cluster.bridge, "up"])
+        run(["ip", "link", "set", self.host_veth, "master", self.bridge, "up"])
         run(["ip", "-n", self.netns, "addr", "add", f"{self.address}/24", "dev", self.interface])
         run(["ip", "-n", self.netns, "link", "set", self.interface, "mtu", str(DEFAULT_MTU), "up"])
         run(["ip", "-n", self.netns, "link", "set", "lo", "up"])
+        self.add_route()
         self.bin_dir.mkdir(parents=True)
         self.home.mkdir(mode=0o700)
         self.hosts_path.parent.mkdir(parents=True, exist_ok=True)
@@ -579,11 +603,12 @@ class Node:
              str(self.cluster.flushed_rules_path)],
             check=True,
         )  # fmt: skip
-        run(["ip", "link", "set", self.host_veth, "master", self.cluster.bridge,
+        run(["ip", "link", "set", self.host_veth, "master", self.bridge,
              "mtu", str(DEFAULT_MTU), "up"])  # fmt: skip
         run(["ip", "-n", self.netns, "link", "set", self.interface, "mtu", str(DEFAULT_MTU), "up"])
         address = f"{self.address}/24"
         run(["ip", "-n", self.netns, "addr", "replace", address, "dev", self.interface])
+        self.add_route()
         self.set_hosts()
         self.set_gpus()
         if not self.sshd_running:
@@ -591,23 +616,45 @@ class Node:
 
 
 class NetCluster:
-    """n real hosts (network namespaces + sshd) on one bridge, reachable from this machine.
+    """n real hosts (network namespaces + sshd) on one bridge per subnet, reachable from
+    this machine.
 
     prefix: names this cluster's namespaces and links (default "ck<pid><letter>", unique).
-    Node i is `node{i}` at <subnet>.<10+i>; the control side (this namespace) is <subnet>.1.
+    subnets: how many /24s the nodes are spread over, in equal consecutive blocks (default:
+    as few as hold n). Node i is `node{i}`; in a one-subnet cluster it is at <subnet>.<10+i>,
+    and the control side (this namespace) is <subnet>.1 on every subnet's bridge.
     """
 
-    def __init__(self, n: int, prefix: str | None = None, *, start_timeout: float = 15.0) -> None:
-        if not 1 <= n <= 240:
-            raise ValueError(f"a cluster has 1..240 nodes, not {n}")
+    def __init__(
+        self,
+        n: int,
+        prefix: str | None = None,
+        *,
+        start_timeout: float = 15.0,
+        subnets: int | None = None,
+    ) -> None:
+        if not 1 <= n <= MAX_NODES:
+            raise ValueError(f"a cluster has 1..{MAX_NODES} nodes, not {n}")
+        count = subnets if subnets is not None else -(-n // NODES_PER_SUBNET)
+        if not 1 <= count <= n or -(-n // count) > NODES_PER_SUBNET:
+            raise ValueError(f"{n} nodes do not fit {count} subnets of {NODES_PER_SUBNET}")
+        self.per_subnet = -(-n // count)
         reason = unavailable_reason()
         if reason:
             raise NetClusterError(reason)
         self.prefix = prefix or default_prefix()
         if len(self.prefix) > 10 or not self.prefix.isalnum():
             raise ValueError(f"prefix must be 1-10 letters/digits (link names), not {prefix!r}")
-        self.bridge = f"{self.prefix}br"
-        self.forward_rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
+        self.bridges = [f"{self.prefix}br" + (str(k) if k else "") for k in range(count)]
+        self.bridge = self.bridges[0]
+        # dockerd sets the FORWARD policy to DROP; with br_netfilter that drops node-to-node
+        # traffic on our bridges too, which would look like a firewall the test never set.
+        self.forward_rules = [
+            ["FORWARD", "-i", inbound, "-o", outbound, "-j", "ACCEPT"]
+            for inbound in self.bridges
+            for outbound in self.bridges
+        ]
+        self.cuts: list[list[str]] = []
         self._spawned: list[subprocess.Popen[bytes]] = []
         # Programs a reset leaves running in the nodes (a SlurmCluster adds slurmd).
         self.daemons: set[str] = {SSHD}
@@ -615,8 +662,10 @@ class NetCluster:
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
         started = time.monotonic()
-        self.subnet = self._claim_subnet(n)
-        self.bridge_address = f"{self.subnet}.1"
+        self.subnets = self._claim_subnets(n, count)
+        self.subnet = self.subnets[0]
+        self.bridge_addresses = [f"{subnet}.1" for subnet in self.subnets]
+        self.bridge_address = self.bridge_addresses[0]
         self.dir = Path(tempfile.mkdtemp(prefix=f"netcluster-{self.prefix}-"))
         self._record(n)
         self.nodes: list[Node] = [Node(self, index) for index in range(1, n + 1)]
@@ -691,9 +740,27 @@ class NetCluster:
         target.write_text(yaml.safe_dump(document, sort_keys=False))
         return target
 
+    def segment(self, index: int) -> list[Node]:
+        """The nodes of subnet `index` (0-based)."""
+        return [node for node in self.nodes if node.segment == index]
+
+    def cut(self, first: int, second: int) -> None:
+        """Drop all traffic between subnets `first` and `second`, both ways (reset undoes)."""
+        for inbound, outbound in ((first, second), (second, first)):
+            rule = ["FORWARD", "-i", self.bridges[inbound], "-o", self.bridges[outbound],
+                    "-j", "DROP"]  # fmt: skip
+            run(["iptables", "-w", "-I", *rule])
+            self.cuts.append(rule)
+
+    def heal(self) -> None:
+        """Undo every cut."""
+        while self.cuts:
+            run(["iptables", "-w", "-D", *self.cuts.pop()], check=False)
+
     def reset(self) -> None:
         """Restore every node to healthy (see Node.reset) and kill spawned processes."""
         self._reap_spawned()
+        self.heal()
         parallel(Node.reset, self.nodes)
 
     def close(self) -> None:
@@ -718,8 +785,9 @@ class NetCluster:
 
     # --- construction -------------------------------------------------------------------
 
-    def _claim_subnet(self, n: int) -> str:
-        """Pick a free <SUBNET_PREFIX>.X /24 under a lock, cleaning up dead owners' clusters."""
+    def _claim_subnets(self, n: int, count: int) -> list[str]:
+        """Pick `count` free <SUBNET_PREFIX>.X /24s under a lock, cleaning up dead owners'
+        clusters first."""
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         with open(STATE_DIR / "lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -728,30 +796,32 @@ class NetCluster:
             if existing.exists():
                 owner = json.loads(existing.read_text()).get("pid")
                 raise NetClusterError(f"prefix {self.prefix!r} is in use by live process {owner}")
-            if run(["ip", "link", "show", self.bridge], check=False).returncode == 0:
-                raise NetClusterError(f"link {self.bridge} exists but no cluster owns it")
+            for bridge in self.bridges:
+                if run(["ip", "link", "show", bridge], check=False).returncode == 0:
+                    raise NetClusterError(f"link {bridge} exists but no cluster owns it")
             taken = set()
             for record in cluster_records():
-                taken.add(record["subnet"])
+                taken.update(record_subnets(record))
             addresses = run(["ip", "-4", "-o", "addr", "show"]).stdout
             for word in addresses.split():
                 if word.startswith(SUBNET_PREFIX + "."):
                     taken.add(".".join(word.split(".")[:3]))
-            for third in range(1, 255):
-                subnet = f"{SUBNET_PREFIX}.{third}"
-                if subnet not in taken:
-                    self.subnet = subnet
-                    self._record(n)  # claimed before the lock is released
-                    return subnet
-        raise NetClusterError(f"no free /24 left in {SUBNET_PREFIX}.0.0/16")
+            free = [f"{SUBNET_PREFIX}.{third}" for third in range(1, 255)]
+            free = [subnet for subnet in free if subnet not in taken][:count]
+            if len(free) < count:
+                raise NetClusterError(f"no {count} free /24s left in {SUBNET_PREFIX}.0.0/16")
+            self.subnets = free
+            self._record(n)  # claimed before the lock is released
+            return free
 
     def _record_data(self, n: int) -> dict[str, Any]:
         return {
             "pid": os.getpid(),
             "prefix": self.prefix,
-            "subnet": getattr(self, "subnet", None),
-            "bridge": self.bridge,
-            "forward_rule": self.forward_rule,
+            "subnets": getattr(self, "subnets", []),
+            "bridges": self.bridges,
+            "forward_rules": self.forward_rules,
+            "cuts": self.cuts,
             "dir": str(getattr(self, "dir", "")) or None,
             "nodes": [
                 {"netns": f"{self.prefix}-node{i}", "veth": f"{self.prefix}v{i}"}
@@ -770,12 +840,14 @@ class NetCluster:
         self.flushed_rules_path.write_text(FLUSHED_FILTER_TABLE)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         raise_neighbour_table_limits()
-        run(["ip", "link", "add", self.bridge, "type", "bridge"])
-        run(["ip", "addr", "add", f"{self.bridge_address}/24", "dev", self.bridge])
-        run(["ip", "link", "set", self.bridge, "up"])
-        # dockerd sets the FORWARD policy to DROP; with br_netfilter that drops node-to-node
-        # traffic on our bridge too, which would look like a firewall the test never set.
-        run(["iptables", "-w", "-I", *self.forward_rule])
+        for bridge, address in zip(self.bridges, self.bridge_addresses, strict=True):
+            run(["ip", "link", "add", bridge, "type", "bridge"])
+            run(["ip", "addr", "add", f"{address}/24", "dev", bridge])
+            run(["ip", "link", "set", bridge, "up"])
+        for rule in self.forward_rules:
+            run(["iptables", "-w", "-I", *rule])
+        if len(self.bridges) > 1:
+            Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")  # this machine routes
         parallel(Node.create, self.nodes)
         self.known_hosts_path.write_text("".join(node.host_key_line() + "\n" for node in self))
         for node in self.nodes:
@@ -794,7 +866,8 @@ class NetCluster:
 
 # Every namespace shares the kernel's ARP table (default limit 1024 entries): a 32-node mesh
 # needs ~1000, and overflow shows up as node-to-node connects timing out for no visible reason.
-NEIGHBOUR_LIMITS = {"gc_thresh1": 1024, "gc_thresh2": 8192, "gc_thresh3": 16384}
+# 256 nodes in a full mesh need ~33k entries (each node's same-subnet peers and gateway).
+NEIGHBOUR_LIMITS = {"gc_thresh1": 1024, "gc_thresh2": 32768, "gc_thresh3": 65536}
 
 
 def raise_neighbour_table_limits() -> None:
@@ -812,6 +885,12 @@ def cluster_records() -> list[dict[str, Any]]:
         with contextlib.suppress(OSError, ValueError):
             records.append(json.loads(path.read_text()))
     return records
+
+
+def record_subnets(record: dict[str, Any]) -> list[str]:
+    """The /24s a cluster record holds (records written before clusters had several keep
+    one "subnet")."""
+    return record.get("subnets") or ([record["subnet"]] if record.get("subnet") else [])
 
 
 def owner_alive(pid: int) -> bool:
@@ -846,10 +925,13 @@ def teardown(record: dict[str, Any]) -> None:
         shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)
 
     parallel(remove_node, record["nodes"])
-    run(["ip", "link", "del", record["bridge"]], check=False)
-    for _ in range(10):  # in case a rule was inserted twice
-        if run(["iptables", "-w", "-D", *record["forward_rule"]], check=False).returncode != 0:
-            break
+    for bridge in record.get("bridges") or [record["bridge"]]:
+        run(["ip", "link", "del", bridge], check=False)
+    rules = record.get("forward_rules") or [record["forward_rule"]]
+    for rule in [*rules, *(record.get("cuts") or [])]:
+        for _ in range(10):  # in case a rule was inserted twice
+            if run(["iptables", "-w", "-D", *rule], check=False).returncode != 0:
+                break
     if record.get("dir"):
         shutil.rmtree(record["dir"], ignore_errors=True)
     (STATE_DIR / f"{record['prefix']}.json").unlink(missing_ok=True)
@@ -859,6 +941,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build a cluster by hand, print its timing and inventory, optionally hold it."""
     parser = argparse.ArgumentParser(prog="python -m tests.support.netcluster")
     parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--subnets", type=int, default=None)
     parser.add_argument("--prefix", default=None)
     parser.add_argument("--hold", action="store_true", help="keep it until Ctrl-C")
     parser.add_argument("--inventory", default=None, help="write the inventory here")
@@ -868,7 +951,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         print("removed:", " ".join(remove_stale_clusters()) or "nothing")
         return 0
-    with NetCluster(args.nodes, args.prefix) as cluster:
+    with NetCluster(args.nodes, args.prefix, subnets=args.subnets) as cluster:
         inventory = cluster.inventory(args.inventory or cluster.dir / "inventory.yaml")
         print(f"built {len(cluster)} nodes in {cluster.build_seconds:.2f} s")
         print(f"inventory: {inventory}")
