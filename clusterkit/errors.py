@@ -24,8 +24,9 @@ class UsageError(ClusterkitError):
     """A wrong flag or argument value."""
 
 
-class InventoryError(ClusterkitError):
-    """A malformed or missing inventory. Names the file, the line when known, and the key."""
+class LocatedError(ClusterkitError):
+    """A problem at a place in a file: `file:line: key: message`, the line and key when
+    known. Subclasses say which kind of file."""
 
     def __init__(
         self,
@@ -38,26 +39,18 @@ class InventoryError(ClusterkitError):
     ) -> None:
         super().__init__(_located(path, message, line, key), hint=hint)
         self.path, self.line, self.key = str(path), line, key
+
+
+class InventoryError(LocatedError):
+    """A malformed or missing inventory. Names the file, the line when known, and the key."""
 
 
 class ConfigError(ClusterkitError):
     """A malformed spec, catalog or settings file (not an inventory)."""
 
 
-class SpecError(ConfigError):
+class SpecError(LocatedError, ConfigError):
     """A malformed image spec value. Names the file, the line when known, and the key."""
-
-    def __init__(
-        self,
-        path: str,
-        message: str,
-        *,
-        line: int | None = None,
-        key: str | None = None,
-        hint: str | None = None,
-    ) -> None:
-        super().__init__(_located(path, message, line, key), hint=hint)
-        self.path, self.line, self.key = str(path), line, key
 
 
 def _located(path: str, message: str, line: int | None, key: str | None) -> str:

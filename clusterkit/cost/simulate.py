@@ -79,32 +79,50 @@ def lifetimes(rng: np.random.Generator, count: int, job_rate: float, hazard: Haz
     return draws
 
 
-def run(
-    rng: np.random.Generator,
-    trials: int,
-    scenario: Scenario,
-    *,
-    price: float,
-    preemption_job_rate: float,
-    interval_h: float,
-    hazard: Hazard,
-    capacity_wait: CapacityWait | None,
-    max_rounds: int,
-) -> Runs:
-    """`trials` runs of one option, CHUNK_TRIALS at a time (bounded working memory); raises
-    Unfinished when some run is still going after `max_rounds` interruptions."""
-    chunks = [
-        _run_chunk(
-            rng,
-            min(CHUNK_TRIALS, trials - start),
+@dataclass(frozen=True)
+class TrialInputs:
+    """What every trial of one option shares: the process the Monte Carlo walks through."""
+
+    scenario: Scenario
+    price: float  # USD per node-hour
+    preemption_job_rate: float  # nominal job-level rate before the 24 h cap; 0 on-demand
+    interval_h: float  # checkpoint interval
+    hazard: Hazard
+    capacity_wait: CapacityWait | None  # unbilled wait after a preemption; None: no wait
+    max_rounds: int  # interruptions a run may take before Unfinished
+
+    @classmethod
+    def spot(cls, scenario: Scenario, option: analytic.Option, preempt_rate: float) -> TrialInputs:
+        """Spot at a per-node preemption rate, with the analytic option's interval."""
+        return cls(
             scenario,
-            price=price,
-            preemption_job_rate=preemption_job_rate,
-            interval_h=interval_h,
-            hazard=hazard,
-            capacity_wait=capacity_wait,
-            max_rounds=max_rounds,
+            price=scenario.spot_price,
+            preemption_job_rate=scenario.nodes * preempt_rate / scenario.effective_correlation,
+            interval_h=option.interval_h,
+            hazard=scenario.hazard,
+            capacity_wait=scenario.capacity_wait,
+            max_rounds=round_limit(option.interruptions),
         )
+
+    @classmethod
+    def on_demand(cls, scenario: Scenario, option: analytic.Option) -> TrialInputs:
+        """On-demand: hardware failures only, no capacity wait."""
+        return cls(
+            scenario,
+            price=scenario.on_demand_price,
+            preemption_job_rate=0.0,
+            interval_h=option.interval_h,
+            hazard=Hazard(),
+            capacity_wait=None,
+            max_rounds=round_limit(option.interruptions),
+        )
+
+
+def run(rng: np.random.Generator, trials: int, option: TrialInputs) -> Runs:
+    """`trials` runs of one option, CHUNK_TRIALS at a time (bounded working memory); raises
+    Unfinished when some run is still going after `option.max_rounds` interruptions."""
+    chunks = [
+        _run_chunk(rng, min(CHUNK_TRIALS, trials - start), option)
         for start in range(0, trials, CHUNK_TRIALS)
     ]
     if len(chunks) == 1:
@@ -112,20 +130,9 @@ def run(
     return Runs(*(np.concatenate([getattr(c, name) for c in chunks]) for name in Runs._fields))
 
 
-def _run_chunk(
-    rng: np.random.Generator,
-    trials: int,
-    scenario: Scenario,
-    *,
-    price: float,
-    preemption_job_rate: float,
-    interval_h: float,
-    hazard: Hazard,
-    capacity_wait: CapacityWait | None,
-    max_rounds: int,
-) -> Runs:
-    """Simulate `trials` runs of one option; `preemption_job_rate` is the nominal job-level
-    preemption rate (0 for on-demand) before the hazard's 24 h cap."""
+def _run_chunk(rng: np.random.Generator, trials: int, option: TrialInputs) -> Runs:
+    """Simulate `trials` runs of one option."""
+    scenario, interval_h, hazard = option.scenario, option.interval_h, option.hazard
     full, remainder = daly.segments(scenario.hours, interval_h)
     segment = interval_h + scenario.checkpoint_h
     last = remainder + scenario.checkpoint_h if remainder else 0.0
@@ -139,10 +146,10 @@ def _run_chunk(
     rounds = 0
     while active.size:
         rounds += 1
-        if rounds > max_rounds:
-            raise Unfinished(max_rounds)
+        if rounds > option.max_rounds:
+            raise Unfinished(option.max_rounds)
         count = active.size
-        preempt_at = lifetimes(rng, count, preemption_job_rate, hazard)
+        preempt_at = lifetimes(rng, count, option.preemption_job_rate, hazard)
         fail_at = rng.exponential(1.0 / hardware, count) if hardware > 0 else np.inf
         life = np.minimum(preempt_at, fail_at)
         left = (full - done_segments[active]) * segment + last
@@ -155,11 +162,12 @@ def _run_chunk(
         busy[active] += life
         interruptions[active] += 1
         done_segments[active] += np.floor(np.maximum(usable, 0.0) / segment).astype(np.int64)
-        if capacity_wait is not None:
+        wait = option.capacity_wait
+        if wait is not None:
             preempted = active[np.broadcast_to(preempt_at <= fail_at, lost.shape)[lost]]
-            waits[preempted] += rng.lognormal(capacity_wait.mu, capacity_wait.sigma, preempted.size)
+            waits[preempted] += rng.lognormal(wait.mu, wait.sigma, preempted.size)
         restart = scenario.restart_h
-    return Runs(busy, busy + waits, busy * price * scenario.nodes, interruptions)
+    return Runs(busy, busy + waits, busy * option.price * scenario.nodes, interruptions)
 
 
 def summarize(runs: Runs, deadline_h: float | None) -> Summary:
@@ -205,30 +213,10 @@ def simulate(scenario: Scenario, trials: int, seed: int) -> MonteCarlo | str:
     spot_rng, demand_rng = (
         np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(2)
     )
-    nominal = scenario.nodes * scenario.preempt_rate / scenario.effective_correlation
     try:
-        spot_runs = run(
-            spot_rng,
-            trials,
-            scenario,
-            price=scenario.spot_price,
-            preemption_job_rate=nominal,
-            interval_h=spot_option.interval_h,
-            hazard=scenario.hazard,
-            capacity_wait=scenario.capacity_wait,
-            max_rounds=round_limit(spot_option.interruptions),
-        )
-        demand_runs = run(
-            demand_rng,
-            trials,
-            scenario,
-            price=scenario.on_demand_price,
-            preemption_job_rate=0.0,
-            interval_h=demand_option.interval_h,
-            hazard=Hazard(),
-            capacity_wait=None,
-            max_rounds=round_limit(demand_option.interruptions),
-        )
+        spot = TrialInputs.spot(scenario, spot_option, scenario.preempt_rate)
+        spot_runs = run(spot_rng, trials, spot)
+        demand_runs = run(demand_rng, trials, TrialInputs.on_demand(scenario, demand_option))
     except Unfinished as limit:
         return (
             f"not simulated: some runs were unfinished after {limit.args[0]:,} interruptions "
@@ -252,17 +240,8 @@ def spot_band(
     if option.infeasible or not option.interruptions * trials <= MAX_LIFETIMES / 10:
         return None
     try:
-        runs = run(
-            np.random.default_rng(seed),
-            trials,
-            scenario,
-            price=scenario.spot_price,
-            preemption_job_rate=scenario.nodes * preempt_rate / scenario.effective_correlation,
-            interval_h=option.interval_h,
-            hazard=scenario.hazard,
-            capacity_wait=scenario.capacity_wait,
-            max_rounds=round_limit(option.interruptions),
-        )
+        inputs = TrialInputs.spot(scenario, option, preempt_rate)
+        runs = run(np.random.default_rng(seed), trials, inputs)
     except Unfinished:
         return None
     cost10, cost90 = np.percentile(runs.cost, [10, 90])

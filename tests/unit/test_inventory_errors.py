@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.errors import InventoryError
+from clusterkit.errors import ConfigError, InventoryError, SpecError
 from clusterkit.inventory import load_inventory, viaansible
 from clusterkit.status import ExitStatus
 from tests.support.cli import run_cli
@@ -200,3 +200,13 @@ def test_an_unreadable_vars_file_is_an_error_as_in_ansible(tmp_path: Path) -> No
     path.write_text("all:\n  hosts:\n    a:\n")
     with pytest.raises(InventoryError, match=f"{vars_file}: permission denied"):
         load_inventory(path)
+
+
+@pytest.mark.parametrize("kind", [InventoryError, SpecError])
+def test_located_errors_share_one_shape(kind: type[InventoryError] | type[SpecError]) -> None:
+    """Both name file, line and key the same way, and keep a hostile name on one line."""
+    error = kind("inv\nentory.yaml", "bad\rvalue", line=3, key="host\tname", hint="fix it")
+    assert str(error) == "inv\\nentory.yaml:3: host\\tname: bad\\rvalue (fix it)"
+    assert (error.path, error.line, error.key) == ("inv\nentory.yaml", 3, "host\tname")
+    assert str(kind("f.yaml", "no line")) == "f.yaml: no line"
+    assert isinstance(error, ConfigError) == (kind is SpecError)  # spec errors stay config errors
