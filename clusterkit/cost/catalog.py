@@ -6,7 +6,8 @@ Every row carries its own `source` (the provider's price page or API it was read
 traps: spot at or above on-demand, empty spot prices, placeholder prices of 0 or huge
 sentinels, VM prices that leave out the GPUs. Each becomes a warning and the price is
 dropped rather than used; a row without source or date, or older than the age limit, is
-warned about.
+warned about. A row with no `spot` key at all has no usable spot price (its note says why):
+no warning, and `cost` asks for --spot-price when it needs one.
 """
 
 from __future__ import annotations
@@ -196,8 +197,11 @@ def _entry(raw: Any, where: str, warnings: list[str]) -> Entry:
     on_demand = _price(raw.get("on_demand"), f"{name}: on-demand", warnings)
     spot = raw.get("spot")
     low_raw, high_raw = (spot[0], spot[-1]) if isinstance(spot, list) and spot else (spot, spot)
-    low = _price(low_raw, f"{name}: spot", warnings)
-    high = low if high_raw is low_raw else _price(high_raw, f"{name}: spot (high)", warnings)
+    if "spot" in raw:
+        low = _price(low_raw, f"{name}: spot", warnings)
+        high = low if high_raw is low_raw else _price(high_raw, f"{name}: spot (high)", warnings)
+    else:  # no usable spot price published (the row's note says why): --spot-price gives it
+        low = high = None
     if low is not None and high is not None and high < low:
         low, high = high, low
     if low is not None and high is not None and on_demand is not None and high >= on_demand:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.__main__ import main
 from clusterkit.cost import catalog
 from clusterkit.errors import ConfigError, UsageError
 
@@ -28,22 +29,17 @@ def load(path: str) -> catalog.Catalog:
 
 
 def test_bundled_snapshot_dates_and_sources_every_row() -> None:
-    bundled = catalog.load(today=date(2026, 10, 1), max_age_days=700)
+    bundled = catalog.load(today=date(2026, 11, 23), max_age_days=700)
     assert bundled.snapshot == date(2025, 1, 1)  # the oldest row decides
     assert bundled.warnings == ()
     p5 = bundled.lookup("p5.48xlarge", "us-east-1")
     assert (p5.on_demand, p5.spot_low, p5.spot_high, p5.gpus) == (55.04, 17.63, 25.75, 8)
     assert p5.spot == pytest.approx((17.63 + 25.75) / 2)
-    assert p5.source == "https://aws.amazon.com/ec2/pricing/on-demand/"
-    h100 = bundled.lookup("ND96isr_H100_v5", None)
-    assert (h100.region, h100.on_demand, h100.spot, h100.day) == (
-        "eastus",
-        98.32,
-        18.169536,
-        date(2026, 9, 16),
-    )
+    assert p5.day == date(2026, 11, 9) and p5.source.endswith("/hyperscalers.json")
+    h100 = bundled.lookup("ND96isr_H100_v5", "eastus")
+    assert (h100.on_demand, h100.spot, h100.day) == (98.32, 18.169536, date(2026, 9, 16))
     assert h100.source.startswith("https://prices.azure.com/api/retail/prices?")
-    assert len(bundled.entries) == 8
+    assert len(bundled.entries) == 15
     raw = json.loads(Path(catalog.packaged_path()).read_text())
     assert raw["schema"] == catalog.SCHEMA and "list price" in raw["fields"]["on_demand"]
     for entry in raw["instances"]:  # every row: its own source URL and dates
@@ -51,6 +47,34 @@ def test_bundled_snapshot_dates_and_sources_every_row() -> None:
         if "spot" in entry:
             assert entry["spot_source"].startswith("https://")
             assert date.fromisoformat(entry["spot_date"])
+        else:  # a row without spot says why
+            assert "no spot price is listed" in entry["note"] or "none is listed" in entry["note"]
+
+
+def test_bundled_snapshot_covers_current_gpu_instances_in_several_regions() -> None:
+    bundled = catalog.load(today=date(2026, 11, 23))
+    p5en = {e.region: e for e in bundled.entries if e.instance == "p5en.48xlarge"}
+    assert set(p5en) == {"us-east-1", "us-east-2", "us-west-2", "eu-north-1", "us-west-1"}
+    assert (p5en["eu-north-1"].on_demand, p5en["eu-north-1"].spot) == (67.7267, 39.8158)
+    assert p5en["us-east-1"].source == "https://github.com/dstackai/dstack/pull/4110"
+    assert p5en["us-west-1"].spot is None  # its listed spot price equalled on-demand
+    uk = bundled.lookup("ND96isr_H100_v5", "uksouth")
+    assert (uk.on_demand, uk.spot, uk.day) == (122.9, 22.7119, date(2026, 8, 13))
+    h200 = bundled.lookup("ND96isr_H200_v5", None)
+    assert (h200.region, h200.on_demand, h200.spot) == ("polandcentral", 130.592, None)
+
+
+def test_a_row_without_spot_needs_the_flag(tmp_path: Path, capsys) -> None:
+    """No `spot` key: nothing to warn about at load, an error naming the flag when needed."""
+    unpriced = {key: value for key, value in row(instance="none").items() if key != "spot"}
+    path = write(tmp_path, [row(instance="bare", spot=None), unpriced])
+    loaded = load(path)
+    assert loaded.warnings == ("bare (r1): spot price missing",)  # an empty value is a trap
+    assert loaded.lookup("none", None).spot is None
+    job = ["cost", "--nodes", "2", "--hours", "10", "--preempt-rate", "5%", "--trials", "0"]
+    status = main([*job, "--catalog", path, "--instance", "none"])
+    assert status == 2 and "give --spot-price" in capsys.readouterr().err
+    assert main([*job, "--catalog", path, "--instance", "none", "--spot-price", "4"]) == 0
 
 
 def test_rows_without_source_or_date_or_too_old_are_warned(tmp_path: Path) -> None:

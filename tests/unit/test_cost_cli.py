@@ -91,7 +91,7 @@ def test_json_has_every_input_and_output(capsys) -> None:
     assert set(monte_carlo["spot"]) == summary_keys == set(monte_carlo["on_demand"])
     assert 0 <= monte_carlo["p_spot_costs_more"] <= 1
     assert document["recommendation"]["choice"] in ("spot", "on-demand")
-    assert document["catalog"]["date"] == "2025-01-01"
+    assert document["catalog"]["date"] == "2026-11-09"
 
 
 def test_json_is_reproducible_with_a_seed(capsys) -> None:
@@ -124,7 +124,7 @@ def test_inventory_gives_nodes_and_prices_flags_override(tmp_path: Path, capsys)
     assert status == 0
     inputs = json.loads(out)["inputs"]
     assert inputs["nodes"] == 6 and inputs["hours"] == 48 and inputs["correlation"] == 2
-    assert inputs["on_demand_price"] == 21.96
+    assert inputs["on_demand_price"] == 21.957642
     assert inputs["preempt_rate_origin"] == "advisor bucket 5-10%"
     _, out, _ = run_main(
         [str(inventory), "--nodes", "2", "--spot-price", "5", "--format", "json", "--trials", "0"],
