@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -194,10 +195,38 @@ def test_cpu_image_pins_apt_and_runs_as_a_user():
     assert all(not row.startswith("RUN") for row in rows[user:])  # nothing after needs root
 
 
-def test_unpinned_apt_is_marked_for_hadolint(cuda_spec):
-    lock = lockmod.read_lock(load_spec(IMAGES / "train-cu124"))
-    text = rendered_files(cuda_spec, lock)["Dockerfile"]
-    assert "hadolint ignore=DL3008" in text and "rdma-core" in text
+def test_every_shipped_spec_pins_every_apt_package():
+    """A rebuild installs the same packages: each name in each spec's `apt-get install` has
+    an exact version, and nothing asks hadolint to look away (DL3008)."""
+    specs = sorted(IMAGES.glob("*/image.yaml"))
+    assert {path.parent.name for path in specs} >= {"cpu-torch", "train-cu124"}
+    for path in specs:
+        spec = load_spec(path.parent)
+        text = rendered_files(spec, lockmod.read_lock(spec))["Dockerfile"]
+        installs = [row for row in text.splitlines() if "apt-get install" in row]
+        assert installs, path
+        for row in installs:
+            names = [word.strip("'") for word in row.split("install", 1)[1].split()]
+            packages = [word for word in names if not word.startswith("-") and word != "\\"]
+            assert packages and all("=" in word for word in packages), (path, packages)
+        assert "DL3008" not in text, path
+    cuda = rendered_files(*_with_lock("train-cu124"))["Dockerfile"]
+    assert "rdma-core=39.0-1" in cuda and "'python3=3.10.6-1~22.04.1'" in cuda
+
+
+def _with_lock(name: str):
+    spec = load_spec(IMAGES / name)
+    return spec, lockmod.read_lock(spec)
+
+
+def test_unpinned_apt_is_marked_for_hadolint(tmp_path: Path):
+    text = (IMAGES / "train-cu124" / "image.yaml").read_text()
+    (tmp_path / "image.yaml").write_text(re.sub(r"\napt:\n(  - .*\n)+", "\n", text, count=1))
+    spec = load_spec(tmp_path)
+    assert spec.apt == () and spec.tags == ("2.5.1-cu124",)
+    dockerfile = rendered_files(spec, lockmod.read_lock(load_spec(IMAGES / "train-cu124")))
+    assert "hadolint ignore=DL3008" in dockerfile["Dockerfile"]
+    assert " rdma-core " in dockerfile["Dockerfile"]  # the implicit InfiniBand package, bare
 
 
 def test_oci_labels_come_from_the_spec_with_defaults(tmp_path: Path, cuda_spec):
