@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import select
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +21,12 @@ from clusterkit.transport.endpoint import (
     Endpoint,
     load_ssh_config,
     resolve_endpoint,
+)
+from clusterkit.transport.fdlimit import (
+    PROXY_DESCRIPTORS,
+    descriptors_needed,
+    ensure_descriptors,
+    host_descriptors,
 )
 from clusterkit.transport.hostkeys import HostKeyVerifier
 from clusterkit.transport.local import LocalTransport
@@ -72,10 +80,56 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
     return SSHTransport(host.name, client, hops)
 
 
+class _PolledProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand, read with poll instead of select: on a large cluster its
+    pipe's descriptor number passes select's limit of 1024 and every read would fail."""
+
+    def recv(self, size: int) -> bytes:
+        buffer = b""
+        stdout = self.process.stdout
+        assert stdout is not None
+        poller = select.poll()
+        poller.register(stdout, select.POLLIN)
+        start = time.monotonic()
+        try:
+            while len(buffer) < size:
+                wait = None
+                if self.timeout is not None:
+                    left = self.timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        if buffer:
+                            return buffer  # a partial read, as paramiko's own returns
+                        raise TimeoutError()
+                    wait = max(1, int(left * 1000))
+                if poller.poll(wait):
+                    chunk = os.read(stdout.fileno(), size - len(buffer))
+                    if not chunk:
+                        return buffer  # the command exited: end of stream
+                    buffer += chunk
+            return buffer
+        except TimeoutError:
+            raise
+        except OSError as error:
+            raise paramiko.ProxyCommandFailure(
+                " ".join(self.cmd), error.strerror or str(error)
+            ) from None
+
+
+def _descriptors(host: Host, options: ConnectOptions, config: paramiko.SSHConfig) -> int:
+    """What the host will hold open here (see fdlimit): a local host, a command's pipes."""
+    if host.is_local and not host.problem:
+        return PROXY_DESCRIPTORS
+    try:
+        endpoint = resolve_endpoint(host, options, config)
+    except TransportError:
+        return 0  # refused in connect_host, never connected
+    return host_descriptors(1 + len(endpoint.jumps), bool(endpoint.proxy_command))
+
+
 def _proxy_command(endpoint: Endpoint) -> paramiko.ProxyCommand:
     """Start the ProxyCommand (no shell: its argv was expanded word by word)."""
     try:
-        return paramiko.ProxyCommand(shlex.join(endpoint.proxy_command))
+        return _PolledProxyCommand(shlex.join(endpoint.proxy_command))
     except (OSError, paramiko.SSHException) as error:
         raise TransportError(
             endpoint.host,
@@ -128,9 +182,12 @@ def connect_all(
     *,
     on_done: Callable[[str, TransportError | None], None] | None = None,
 ) -> Connections:
-    """Connect to every host, at most options.forks at once."""
+    """Connect to every host, at most options.forks at once; first make sure this process
+    may open the descriptors they will hold (UsageError, nothing connected, if not)."""
     _verifiers.clear()
     config = load_ssh_config(options.ssh_config)
+    need = descriptors_needed(_descriptors(host, options, config) for host in inventory.hosts)
+    ensure_descriptors(len(inventory.hosts), need)
 
     def attempt(host: Host) -> Transport:
         started = time.monotonic()

@@ -352,6 +352,14 @@ class SSHTransport:
             hop.close()
 
 
+def _wait_readable(channel: paramiko.Channel, seconds: float) -> None:
+    """Wait until the channel has something to read, or `seconds`. poll, not select: a
+    large cluster's connections and channel pipes take descriptors past select's 1024."""
+    poller = select.poll()
+    poller.register(channel, select.POLLIN)
+    poller.poll(max(0, int(seconds * 1000)) or 1)
+
+
 class SSHProcess(PumpedProcess):
     """A command started over SSH (see RemoteProcess). At a deadline, or when the transport
     is cancelled, the remote process group is killed."""
@@ -411,7 +419,7 @@ class SSHProcess(PumpedProcess):
             if remaining <= 0:
                 return False
             self._feed()
-            select.select([channel], [], [], 0.005 if self._pending else min(remaining, 0.25))
+            _wait_readable(channel, 0.005 if self._pending else min(remaining, 0.25))
             self._feed()
             while channel.recv_ready():
                 self._keep(self._out, channel.recv(_CHUNK))
@@ -445,7 +453,7 @@ class SSHProcess(PumpedProcess):
         channel, err = self._channel, self._err
         limit = time.monotonic() + PGID_WAIT_SECONDS
         while b"\n" not in err and time.monotonic() < limit and not channel.closed:
-            select.select([channel], [], [], 0.1)
+            _wait_readable(channel, 0.1)
             while channel.recv_stderr_ready():
                 err += channel.recv_stderr(_CHUNK)
             while channel.recv_ready():
