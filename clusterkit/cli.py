@@ -176,6 +176,14 @@ def _add_check_run_options(
     )
     parser.add_argument("--strict", action="store_true", help=strict_help)
     parser.add_argument(
+        "--mesh",
+        choices=("full", "auto"),
+        default=None,
+        help="network stage: test every node pair (full), or every pair up to "
+        "clusterkit.network.full_mesh_up_to nodes and a covering set beyond (auto, the "
+        "default; clusterkit.network.mesh)",
+    )
+    parser.add_argument(
         "--timeout",
         type=_positive_float,
         default=60.0,

@@ -78,6 +78,7 @@ _NETWORK = {
     "net.rendezvous-port-in-use": "the master's rendezvous port is taken",
     "net.rendezvous": "some node cannot connect to the master's rendezvous ports",
     "net.mesh": "some node pair cannot open TCP on the mesh or extra ports",
+    "net.subnet-cut": "two subnets cannot reach each other while their nodes reach others",
     "net.firewall": "the rule or policy that explains each blocked path, per node",
     "net.firewall-unknown": "a blocked path's firewall could not be read",
 }

@@ -97,7 +97,7 @@ def check_stages(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
         ProbeStage(args.timeout),
         StaticStage(),
         StorageStage(SHARED_SECONDS),
-        NetworkStage(NETWORK_SECONDS),
+        NetworkStage(NETWORK_SECONDS, mesh=getattr(args, "mesh", None)),
         ImageStage(IMAGE_SECONDS),
         BenchStage(bench_options, seconds=inventory.settings.bench.timeout),
     ]

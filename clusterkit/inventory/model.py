@@ -72,6 +72,8 @@ class NetworkSettings:
 
     extra_ports: tuple[int, ...] = ()  # more ports every node must accept from every peer
     connect_timeout: float = 3.0  # seconds per connect attempt
+    mesh: str = "auto"  # "full": every pair; "auto": full up to full_mesh_up_to nodes
+    full_mesh_up_to: int = 64  # auto's all-pairs limit (docs/network.md has the numbers)
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,8 @@ BENCH_RULES: dict[str, Rule] = {
 NETWORK_RULES: dict[str, Rule] = {
     "extra_ports": list_of(PORT, "TCP ports 1..65535"),
     "connect_timeout": number(above=0, unit="seconds"),
+    "mesh": choice("full", "auto"),
+    "full_mesh_up_to": integer(2, 100_000),
 }
 
 PROBE_RULES: dict[str, Rule] = {

@@ -2,7 +2,8 @@
 
 Check ids (stable, documented in docs/network.md): net.stage, net.interface, net.subnet,
 net.mtu, net.ifname-mismatch, net.master-resolve, net.master-address, net.hostname-loopback,
-net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.firewall, net.firewall-unknown.
+net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.subnet-cut, net.firewall,
+net.firewall-unknown.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.net.cover import UNKNOWN_SUBNET, Cut
 from clusterkit.net.firewall import Packet, explain
 from clusterkit.net.ifname import InterfaceChoice
-from clusterkit.net.matrix import build_matrix, failing_pairs
+from clusterkit.net.matrix import build_matrix, failing_pairs, tested_pairs
 from clusterkit.net.plan import NetworkOptions, master_address
 
 STAGE = "network"
 FAILED_RESULTS = ("refused", "timeout", "unreachable", "error", "foreign", "wrong_node")
 MESSAGE_PAIRS = 6
+CUT_SAMPLE = 4  # failed connects across a cut whose firewalls are read for an explanation
 UNEXPLAINED = "no rule on either node explains it: a filter between them or a wrong address"
 
 
@@ -388,8 +391,14 @@ def connect_findings(
     facts_by_host: dict[str, dict[str, Any]],
     choices: dict[str, InterfaceChoice],
     options: NetworkOptions,
+    *,
+    matrix: dict[str, dict[str, str]] | None = None,
+    cuts: Sequence[Cut] = (),
 ) -> list[Finding]:
-    """net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.firewall(-unknown)."""
+    """net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.subnet-cut,
+    net.firewall(-unknown). `matrix`: the pairs the mesh tested (every pair when None);
+    `cuts`: subnet pairs cut from each other (cover.subnet_cuts), reported once each
+    instead of pair by pair."""
     findings: list[Finding] = []
     master = options.master_host
     in_use = {
@@ -432,8 +441,7 @@ def connect_findings(
                 "net.rendezvous",
                 Status.FAIL,
                 f"rendezvous on {master} not reachable: "
-                + "; ".join(b.describe() for b in all_blocked[:MESSAGE_PAIRS])
-                + _more(all_blocked, "; and {} more"),
+                + _rendezvous_text(all_blocked, master, choices, cuts),
                 hosts=sorted({master} | {b.source for b in all_blocked}),
                 expected=f"every node connects to {master} on "
                 + ", ".join(str(p) for p, _ in options.rendezvous_ports),
@@ -452,13 +460,54 @@ def connect_findings(
                 hosts=[master],
             )
         )
-    findings += _mesh_findings(hosts, connects, facts_by_host, choices, all_blocked)
+    if matrix is None:
+        matrix = build_matrix(hosts, connects)
+    findings += _mesh_findings(hosts, connects, facts_by_host, choices, all_blocked, matrix, cuts)
     return findings
 
 
-def _mesh_findings(hosts, connects, facts_by_host, choices, rendezvous_blocked) -> list[Finding]:
-    matrix = build_matrix(hosts, connects)
-    failing = {(src, dst) for src, dst, _ in failing_pairs(matrix)}
+def _rendezvous_text(
+    blocked: list[Blocked], master: str, choices: dict[str, InterfaceChoice], cuts: Sequence[Cut]
+) -> str:
+    """The blocked rendezvous paths; those from a subnet cut off from the master's are
+    counted, not listed (net.subnet-cut names the cut)."""
+    home = _subnet(choices.get(master))
+    cut_off = {
+        cut.second if cut.first == home else cut.first
+        for cut in cuts
+        if home in (cut.first, cut.second)
+    }
+    across = [b for b in blocked if _subnet(choices.get(b.source)) in cut_off]
+    shown = [b for b in blocked if b not in across]
+    parts = []
+    if across:
+        nodes = {b.source for b in across}
+        parts.append(
+            f"{len(nodes)} nodes of {', '.join(sorted(cut_off))}, cut off from {master}'s "
+            f"subnet {home} (net.subnet-cut)"
+        )
+    parts += [b.describe() for b in shown[:MESSAGE_PAIRS]]
+    return "; ".join(parts) + _more(shown, "; and {} more")
+
+
+def _mesh_findings(
+    hosts: Sequence[str],
+    connects: Sequence[dict[str, Any]],
+    facts_by_host: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+    rendezvous_blocked: list[Blocked],
+    matrix: dict[str, dict[str, str]],
+    cuts: Sequence[Cut],
+) -> list[Finding]:
+    subnets = {host: _subnet(choices.get(host)) for host in hosts}
+    cut_keys = {(cut.first, cut.second) for cut in cuts}
+
+    def across_cut(src: str, dst: str) -> bool:
+        first, second = sorted((subnets[src], subnets[dst]))
+        return (first, second) in cut_keys
+
+    failing_all = [(src, dst) for src, dst, _ in failing_pairs(matrix)]
+    failing = {pair for pair in failing_all if not across_cut(*pair)}
     failed_connects = [
         c
         for c in connects
@@ -468,13 +517,20 @@ def _mesh_findings(hosts, connects, facts_by_host, choices, rendezvous_blocked) 
     ]
     blocked = [explain_connect(c, facts_by_host, choices) for c in failed_connects]
     findings: list[Finding] = []
-    total = sum(len(row) for row in matrix.values())
+    total = len(matrix) * (len(matrix) - 1)
+    tested = tested_pairs(matrix)
+    of_total = f" (of {total} that exist: a covering set)" if tested < total else ""
     if blocked:
+        isolated = _isolated(matrix, failing)
+        alone = "".join(
+            f"{host} fails all {count} tested pairs with it; " for host, count in isolated.items()
+        )
         findings.append(
             finding(
                 "net.mesh",
                 Status.FAIL,
-                f"{len(failing)} of {total} node pairs cannot open TCP: "
+                f"{len(failing)} of {tested} tested node pairs{of_total} cannot open TCP: "
+                + alone
                 + "; ".join(b.describe() for b in blocked[:MESSAGE_PAIRS])
                 + (
                     f"; and {len(blocked) - MESSAGE_PAIRS} more"
@@ -488,29 +544,120 @@ def _mesh_findings(hosts, connects, facts_by_host, choices, rendezvous_blocked) 
                 "(NCCL and gloo use ephemeral ports in both directions)",
             )
         )
-    else:
-        tested = total - sum(
-            1 for row in matrix.values() for result in row.values() if result == "untested"
+    elif tested:
+        across = len(failing_all) - len(failing)
+        findings.append(
+            finding(
+                "net.mesh",
+                Status.OK,
+                f"all {tested - across} tested node pairs{of_total} open TCP both ways"
+                + (f", but for the {across} across cut subnets (net.subnet-cut)" if across else ""),
+                hosts=list(hosts),
+            )
         )
-        if tested:
-            findings.append(
-                finding(
-                    "net.mesh",
-                    Status.OK,
-                    f"all {tested} tested node pairs open TCP both ways",
-                    hosts=list(hosts),
-                )
+    else:  # an OK over no pair would be a pass about nothing
+        findings.append(
+            finding(
+                "net.mesh",
+                Status.SKIP,
+                "no node pair could be tested (fewer than two nodes took part)",
             )
-        else:  # an OK over no pair would be a pass about nothing
-            findings.append(
-                finding(
-                    "net.mesh",
-                    Status.SKIP,
-                    "no node pair could be tested (fewer than two nodes took part)",
-                )
-            )
+        )
+    findings += _cut_findings(cuts, subnets, connects, facts_by_host, choices, across_cut)
     findings += _firewall_findings(blocked + rendezvous_blocked, choices)
     return findings
+
+
+def _subnet(choice: InterfaceChoice | None) -> str:
+    network = choice.network if choice is not None else None
+    return str(network) if network is not None else UNKNOWN_SUBNET
+
+
+def _isolated(matrix: dict[str, dict[str, str]], failing: set[tuple[str, str]]) -> dict[str, int]:
+    """Nodes every tested pair of which failed (at least two): the node, not its peers."""
+    tested: Counter[str] = Counter()
+    bad: Counter[str] = Counter()
+    for src, row in matrix.items():
+        for dst, result in row.items():
+            if result == "untested":
+                continue
+            tested.update((src, dst))
+            if (src, dst) in failing:
+                bad.update((src, dst))
+    return {
+        host: tested[host] for host in matrix if tested[host] >= 2 and bad[host] == tested[host]
+    }
+
+
+def _cut_findings(
+    cuts: Sequence[Cut],
+    subnets: dict[str, str],
+    connects: Sequence[dict[str, Any]],
+    facts_by_host: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+    across_cut,
+) -> list[Finding]:
+    """One finding for every cut subnet pair, with what a sample of its pairs shows."""
+    networks = sorted({subnet for subnet in subnets.values() if subnet != UNKNOWN_SUBNET})
+    if len(networks) < 2:
+        return []
+    if not cuts:
+        return [
+            finding(
+                "net.subnet-cut",
+                Status.OK,
+                f"no two of the {len(networks)} subnets are cut off from each other",
+                found=networks,
+            )
+        ]
+    parts, found = [], []
+    for cut in cuts:
+        sample = [
+            c
+            for c in connects
+            if c["role"] in ("mesh", "extra")
+            and c["result"] != "ok"
+            and across_cut(c["from"], c["peer"])
+            and sorted((subnets[c["from"]], subnets[c["peer"]])) == [cut.first, cut.second]
+        ][:CUT_SAMPLE]
+        explained = sorted(
+            {
+                f"{node}: {why}"
+                for item in sample
+                for node, why in explain_connect(item, facts_by_host, choices).explanations
+            }
+        )
+        results = sorted({c["result"] for c in sample})
+        why = (
+            "explained by " + "; ".join(explained)
+            if explained
+            else "no rule on the nodes explains it: a router, switch ACL or security group "
+            "between them"
+        )
+        parts.append(
+            f"{cut.describe()}: all {cut.pairs} tested pairs between them fail "
+            f"({', '.join(results)}) while their {cut.hosts} nodes connect elsewhere; {why}"
+        )
+        found.append(
+            {
+                "subnets": [cut.first, cut.second],
+                "pairs": cut.pairs,
+                "nodes": cut.hosts,
+                "results": results,
+                "explained_by": explained,
+            }
+        )
+    names = ", ".join(f"{cut.first} and {cut.second}" for cut in cuts)
+    return [
+        finding(
+            "net.subnet-cut",
+            Status.FAIL,
+            "subnets cut off from each other: " + "; ".join(parts),
+            found=found,
+            remedy=f"restore the route or open the filter between {names} (router, switch ACL, "
+            "security group): NCCL and gloo connect every node pair",
+        )
+    ]
 
 
 def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:

@@ -12,9 +12,11 @@ The session, each step answered by the control side with one JSON line on stdin:
          The control side answers with this node's mesh plan.
   bound  the planned listeners are bound and served. The control side answers "go" once
          every node has bound, so no connect can come too early and nothing is retried.
-  mesh   connect to every peer's listeners from the fabric address; listeners stay up until
-         every expected peer has been seen or the hold time ends, then the process exits
-         (nothing stays listening). End of stdin, or no answer in time, ends it early.
+  mesh   connect to the planned peers' listeners from the fabric address; listeners stay up
+         until every expected peer has been seen or the hold time ends, then close (nothing
+         stays listening). The control side answers with the next round's plan (the nodes
+         that failed, retested against everyone) or stop. End of stdin, or no answer in
+         time, ends the process at any step.
 """
 
 from __future__ import annotations
@@ -524,7 +526,7 @@ def probe_target(target, source, name, budget):
 
 
 class Mesh:
-    """This node's part of the all-pairs mesh: its listeners, then its connects."""
+    """This node's part of one mesh round: its listeners, then its connects."""
 
     def __init__(self, plan):
         self.plan = plan
@@ -600,9 +602,11 @@ class Mesh:
                 results[index] = dict(target, result="timeout", detail="connect never returned")
         return {
             "phase": "mesh",
+            "round": plan.get("round", 1),
             "listeners": self.report(),
             "connects": results,
             "seconds": round(time.monotonic() - started, 3),
+            "cpu": round(time.process_time(), 3),  # this process's CPU seconds so far
         }
 
     def report(self):
@@ -650,17 +654,21 @@ class Inbox:
 
 
 def session(args, inbox):
+    """facts, then rounds of plan -> bound -> go -> mesh until the control side stops: a
+    later round retests the nodes an earlier one found failing."""
     emit(facts(args))
-    plan = inbox.next()
-    if plan is None:
-        return
-    mesh = Mesh(plan)
-    try:
-        emit(mesh.bind())
-        if inbox.next() is not None:
+    while True:
+        plan = inbox.next()
+        if plan is None:
+            return
+        mesh = Mesh(plan)
+        try:
+            emit(mesh.bind())
+            if inbox.next() is None:
+                return
             emit(mesh.connect())
-    finally:
-        mesh.close()
+        finally:
+            mesh.close()
 
 
 def main(argv):

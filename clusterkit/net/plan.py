@@ -6,11 +6,12 @@ node knows which ports it binds and which peers' ports it connects to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clusterkit.inventory.model import Inventory
+from clusterkit.inventory.model import Inventory, NetworkSettings
+from clusterkit.net.cover import UNKNOWN_SUBNET, Pair
 from clusterkit.net.ifname import InterfaceChoice, choose_interface
 
 
@@ -26,6 +27,8 @@ class NetworkOptions:
     extra_ports: tuple[int, ...] = ()
     connect_timeout: float = 3.0  # one connect attempt
     hold: float = 3.0  # listeners stay up this long after the connect window
+    mesh: str = "auto"  # "full": every pair; "auto": every pair up to full_mesh_up_to nodes
+    full_mesh_up_to: int = NetworkSettings.full_mesh_up_to
 
     @property
     def window(self) -> float:
@@ -41,8 +44,13 @@ class NetworkOptions:
         """The longest the mesh step can run on a node before it exits by itself."""
         return self.window + self.connect_timeout + self.hold + 2.0
 
+    def covering(self, nodes: int) -> bool:
+        """Whether a mesh over this many nodes tests a covering set rather than every pair."""
+        return self.mesh == "auto" and nodes > self.full_mesh_up_to
+
     @classmethod
-    def from_inventory(cls, inventory: Inventory) -> NetworkOptions:
+    def from_inventory(cls, inventory: Inventory, mesh: str | None = None) -> NetworkOptions:
+        """`mesh` (--mesh) wins over `clusterkit.network.mesh`."""
         settings = inventory.settings
         master = inventory.master
         return cls(
@@ -53,6 +61,8 @@ class NetworkOptions:
             interface=settings.interface,
             extra_ports=settings.network.extra_ports,
             connect_timeout=settings.network.connect_timeout,
+            mesh=mesh or settings.network.mesh,
+            full_mesh_up_to=settings.network.full_mesh_up_to,
         )
 
 
@@ -83,35 +93,63 @@ def fabric_address(choice: InterfaceChoice, ssh_address: str) -> str:
     return choice.address or ssh_address
 
 
+def subnets_of(choices: dict[str, InterfaceChoice]) -> dict[str, str]:
+    """Each node's collective network (address/prefixlen), the unit a cut is reported in."""
+    return {
+        host: str(choice.network) if choice.network else UNKNOWN_SUBNET
+        for host, choice in choices.items()
+    }
+
+
 def mesh_args(
     hosts: Sequence[str],
     facts_by_host: dict[str, dict[str, Any]],
     choices: dict[str, InterfaceChoice],
     ssh_addresses: dict[str, str],
     options: NetworkOptions,
+    pairs: Collection[Pair] | None = None,
+    *,
+    round_number: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    """The mesh plan for every node in `hosts` (those whose facts came back)."""
+    """One round's plan for every node in `hosts` (those whose facts came back): which of its
+    ports it binds and who must reach them, which peers' ports it connects to. `pairs`: the
+    (connects, accepts) pairs of this round, every pair when None. The rendezvous ports are
+    bound and tried in the first round only."""
+    rendezvous = round_number == 1
     listen_by_host: dict[str, list[dict[str, Any]]] = {}
     for host in hosts:
         listen = [{"port": facts_by_host[host].get("mesh_port"), "role": "mesh"}]
         listen = [item for item in listen if item["port"]]
         listen += [{"port": port, "role": "extra"} for port in options.extra_ports]
-        if host == options.master_host:
+        if rendezvous and host == options.master_host:
             listen += [{"port": port, "role": role} for port, role in options.rendezvous_ports]
         listen_by_host[host] = listen
 
+    if pairs is None:
+        connects_to = {host: [peer for peer in hosts if peer != host] for host in hosts}
+        accepts_from = connects_to
+    else:
+        order = {host: index for index, host in enumerate(hosts)}
+        connects_to = {host: [] for host in hosts}
+        accepts_from = {host: [] for host in hosts}
+        for a, b in sorted(
+            (pair for pair in pairs if pair[0] in order and pair[1] in order),
+            key=lambda pair: (order[pair[0]], order[pair[1]]),
+        ):
+            connects_to[a].append(b)
+            accepts_from[b].append(a)
+    addresses = {host: fabric_address(choices[host], ssh_addresses[host]) for host in hosts}
+
     plans: dict[str, dict[str, Any]] = {}
     for host in hosts:
-        targets = []
-        for peer in hosts:
-            if peer == host:
-                continue
-            address = fabric_address(choices[peer], ssh_addresses[peer])
-            for item in listen_by_host[peer]:
-                if item["role"] in ("mesh", "extra"):
-                    targets.append({"peer": peer, "address": address, **item})
+        targets = [
+            {"peer": peer, "address": addresses[peer], **item}
+            for peer in connects_to[host]
+            for item in listen_by_host[peer]
+            if item["role"] in ("mesh", "extra")
+        ]
         resolved = master_address(facts_by_host[host])
-        if resolved and options.master_host in listen_by_host:
+        if rendezvous and resolved and options.master_host in listen_by_host:
             for port, role in options.rendezvous_ports:
                 targets.append(
                     {"peer": options.master_host, "address": resolved, "port": port, "role": role}
@@ -119,13 +157,14 @@ def mesh_args(
         expected = {}
         for item in listen_by_host[host]:
             if item["role"] in ("mesh", "extra"):
-                expected[str(item["port"])] = [peer for peer in hosts if peer != host]
+                expected[str(item["port"])] = list(accepts_from[host])
             else:
                 expected[str(item["port"])] = [
                     peer for peer in hosts if master_address(facts_by_host[peer])
                 ]
         plans[host] = {
             "name": host,
+            "round": round_number,
             "listen": listen_by_host[host],
             "targets": targets,
             "source": choices[host].address,

@@ -1,9 +1,11 @@
-"""The `network` stage of `clusterkit check`: one node-side process per node, in three steps.
+"""The `network` stage of `clusterkit check`: one node-side process per node, in steps.
 
 facts: every node reports names as it resolves them, interfaces, ifname variables, a free
 mesh port and its firewall rules. bound: with every port and address planned from those
 facts, every node binds its listeners. mesh: once all have bound, every node connects to
-every peer at once. Each step runs on all nodes in parallel and waits for the slowest
+its planned peers at once (every peer, or a covering set: net/cover.py). When a covering set
+found failures, bound and mesh run again in the same node processes to retest the failing
+nodes against everyone. Each step runs on all nodes in parallel and waits for the slowest
 (a barrier), and every node-side step is bounded, so the stage takes about as long for 32
 nodes as for 4.
 """
@@ -19,14 +21,17 @@ from clusterkit.checks.model import Finding
 from clusterkit.framing import END, FrameError, decode
 from clusterkit.inventory.model import Inventory
 from clusterkit.net import analysis
-from clusterkit.net.matrix import build_matrix, render_matrix
-from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args
+from clusterkit.net.cover import MeshRounds, Pair, subnet_cuts
+from clusterkit.net.ifname import InterfaceChoice
+from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
+from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args, subnets_of
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
 FACTS_SECONDS = 15.0  # node-side resolver and tool bounds are 3 s and 5 s, run concurrently
 TRANSPORT_MARGIN = 10.0  # SSH exec start and output transfer on a busy control machine
 STOP_SECONDS = 3.0  # a node told to stop (or whose stdin closed) exits by then, or is killed
+MAX_ROUNDS = 3  # the mesh, the retest of the nodes it found failing, a cut that was none
 
 # Reads the node script (its length is argv[1]) from stdin and runs it, leaving stdin to the
 # conversation that follows. -S: the script is stdlib only; skipping site saves every node
@@ -52,23 +57,31 @@ class NodeSessions:
     step leaves the session with its reason in `errors` and is stopped in `close`."""
 
     def __init__(
-        self, transports: dict[str, Transport], deadline: Deadline, workers: int = 64
+        self, transports: dict[str, Transport], deadline: Deadline, workers: int | None = None
     ) -> None:
-        self.transports, self.deadline, self.workers = transports, deadline, workers
+        """`workers`: nodes talked to at once; every node (the default) for a step to be a
+        barrier: with fewer, the last nodes would get "go" only after the first finished."""
+        self.transports, self.deadline = transports, deadline
+        self.workers = workers or max(1, len(transports))
         self.processes: dict[str, RemoteProcess] = {}
         self.dropped: list[RemoteProcess] = []  # failed a step; ended with the rest in close
         self.errors: dict[str, str] = {}
+        self.sent: dict[str, float] = {}  # host -> when its last message was handed over
 
     def start(
-        self, hosts: list[str], interpreters: dict[str, str], args: dict[str, dict], until: Deadline
+        self,
+        hosts: list[str],
+        interpreters: dict[str, str],
+        args: dict[str, dict],
+        until: Deadline,
+        wait: float = FACTS_SECONDS + 2 * TRANSPORT_MARGIN,
     ) -> dict[str, dict[str, Any]]:
-        """Start the node script everywhere and return each node's first report (facts)."""
+        """Start the node script everywhere and return each node's first report (facts).
+        `wait`: how long a node waits for each answer, longer than any step lasts here."""
         source = node_script()
 
         def one(host: str) -> dict[str, Any]:
             argv = [interpreters[host], "-S", "-c", BOOTSTRAP, str(len(source))]
-            # A node waits for each answer longer than any step can last on this side.
-            wait = FACTS_SECONDS + 2 * TRANSPORT_MARGIN
             argv.append(json.dumps(dict(args[host], wait=wait)))
             process = self.transports[host].start(argv, deadline=self.deadline, start_by=until)
             self.processes[host] = process
@@ -82,12 +95,19 @@ class NodeSessions:
     ) -> dict[str, dict[str, Any]]:
         """Send each live node its message and return its next report."""
 
+        self.sent = {}
+
         def one(host: str) -> dict[str, Any]:
             process = self.processes[host]
             process.send(json.dumps(messages[host]).encode() + b"\n")
+            self.sent[host] = time.monotonic()  # written by the wait that follows at once
             return self._report(process, until, name)
 
         return self._each([host for host in messages if host in self.processes], one)
+
+    def spread(self) -> float:
+        """Seconds between the first and the last node handed the last step's message."""
+        return max(self.sent.values()) - min(self.sent.values()) if self.sent else 0.0
 
     def close(self) -> None:
         """End every node process: stdin closes, so each exits at once; killed otherwise."""
@@ -144,7 +164,8 @@ def run_network_stage(
     facts_by_host: dict[str, dict],
     deadline: Deadline,
     *,
-    workers: int = 64,
+    workers: int | None = None,
+    mesh: str | None = None,
 ) -> tuple[list[Finding], dict]:
     """Findings of stage "network" and the raw per-host data for the JSON report.
 
@@ -152,10 +173,11 @@ def run_network_stage(
     its own facts in its first step, because they must come from the same moment and
     environment as the mesh. Hosts of the inventory missing from `transports` are reported
     by the connect stage and left out of the mesh. `workers`: nodes talked to at once (every
-    node, for the barriers to hold on large clusters)."""
+    node, the default, for the barriers to hold on large clusters). `mesh`: full or auto
+    (--mesh), over the inventory's `clusterkit.network.mesh`."""
     del facts_by_host
     started = time.monotonic()
-    options = NetworkOptions.from_inventory(inventory)
+    options = NetworkOptions.from_inventory(inventory, mesh)
     hosts = [host.name for host in inventory.hosts]
     interpreters = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
     ssh_addresses = {host.name: host.address for host in inventory.hosts}
@@ -169,44 +191,98 @@ def run_network_stage(
     facts_args = {
         host: {"master": options.master_name, "reserved_ports": reserved} for host in live
     }
-    whole = FACTS_SECONDS + options.mesh_seconds + 3 * TRANSPORT_MARGIN
-    sessions = NodeSessions(transports, _bounded(deadline, whole), workers)
-    mesh: dict[str, dict[str, Any]] = {}
+    round_seconds = options.mesh_seconds + 2 * TRANSPORT_MARGIN
+    whole = FACTS_SECONDS + TRANSPORT_MARGIN + MAX_ROUNDS * round_seconds
+    sessions = NodeSessions(transports, _bounded(deadline, whole), workers or len(hosts))
+    # A node waits for each answer longer than any step lasts on this side.
+    wait = max(FACTS_SECONDS, options.mesh_seconds) + 2 * TRANSPORT_MARGIN
+    mesh_reports: dict[str, list[dict[str, Any]]] = {}
+    connects: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []  # per round: pairs, nodes, go spread, seconds
+    planned: set[Pair] | None = None
+    facts: dict[str, dict[str, Any]] = {}
+    choices: dict[str, InterfaceChoice] = {}
+    subnets: dict[str, str] = {}
+    findings: list[Finding] = []
+    facts_seconds = 0.0
+    retested: set[str] = set()
     try:
         facts = sessions.start(
-            live, interpreters, facts_args, _bounded(deadline, FACTS_SECONDS + TRANSPORT_MARGIN)
+            live,
+            interpreters,
+            facts_args,
+            _bounded(deadline, FACTS_SECONDS + TRANSPORT_MARGIN),
+            wait=wait,
         )
         live = [host for host in live if host in facts]
         facts_seconds = time.monotonic() - started
 
         choices = interface_choices(facts, options)
-        findings: list[Finding] = []
+        subnets = subnets_of(choices)
         findings += analysis.interface_findings(choices, facts)
         findings += analysis.ifname_findings(facts, options)
         findings += analysis.master_findings(facts, options)
 
         if options.master_host in transports and options.master_host not in live:
             errors.setdefault(options.master_host, "no facts from the master")
-        if live and deadline.remaining() > options.mesh_seconds:
-            plans = mesh_args(live, facts, choices, ssh_addresses, options)
+        master = options.master_host if options.master_host in live else None
+        plan = MeshRounds(live, subnets, master, covering=options.covering(len(live)))
+        pairs = plan.first()
+        planned = None if pairs is None else set(pairs)
+        number = 1
+        while live and (pairs is None or pairs):
+            # A retest round needs its whole bound; the first runs on what is left.
+            needed = options.mesh_seconds + (TRANSPORT_MARGIN if number > 1 else 0.0)
+            if deadline.remaining() <= needed:
+                if number == 1:
+                    for host in live:
+                        errors.setdefault(host, "the check deadline left no time for the mesh step")
+                else:
+                    rounds.append({"round": number, "skipped": "the check deadline left no time"})
+                break
+            round_started = time.monotonic()
+            plans = mesh_args(
+                live, facts, choices, ssh_addresses, options, pairs, round_number=number
+            )
             bound = sessions.step("bound", plans, _bounded(deadline, TRANSPORT_MARGIN))
             go = {host: {"go": True} for host in bound}
-            mesh = sessions.step(
+            reports = sessions.step(
                 "mesh", go, _bounded(deadline, options.mesh_seconds + TRANSPORT_MARGIN)
             )
-        elif live:
-            for host in live:
-                errors.setdefault(host, "the check deadline left no time for the mesh step")
+            for host, report in reports.items():
+                mesh_reports.setdefault(host, []).append(report)
+            connects += _flatten_connects(reports, number)
+            rounds.append(
+                {
+                    "round": number,
+                    "pairs": len(live) * (len(live) - 1) if pairs is None else len(pairs),
+                    "nodes": len(bound),
+                    "go_spread": round(sessions.spread(), 3),
+                    "seconds": round(time.monotonic() - round_started, 3),
+                }
+            )
+            live = [host for host in live if host in reports]
+            if pairs is None or number == MAX_ROUNDS:
+                break
+            results = pair_results(build_matrix(hosts, connects, planned))
+            pairs = plan.next(results, live)
+            rounds[-1]["retest_next"] = sorted(plan.retested - retested, key=hosts.index)
+            retested = set(plan.retested)
+            planned = (planned or set()) | pairs
+            number += 1
     finally:
         sessions.close()
     errors.update(sessions.errors)
 
-    connects = _flatten_connects(mesh)
-    listeners = {host: result.get("listeners") or [] for host, result in mesh.items()}
-    findings += analysis.connect_findings(hosts, connects, listeners, facts, choices, options)
+    first_round = {host: reports[0] for host, reports in mesh_reports.items()}
+    listeners = {host: result.get("listeners") or [] for host, result in first_round.items()}
+    matrix = build_matrix(hosts, connects, planned)
+    cuts = subnet_cuts(pair_results(matrix), subnets)
+    findings += analysis.connect_findings(
+        hosts, connects, listeners, facts, choices, options, matrix=matrix, cuts=cuts
+    )
     findings = analysis.stage_errors(errors) + findings
 
-    matrix = build_matrix(hosts, connects)
     raw = {
         "master": {
             "host": options.master_host,
@@ -214,26 +290,39 @@ def run_network_stage(
             "master_port": options.master_port,
             "rdzv_port": options.rdzv_port,
         },
-        "nodes": {host: _node_record(host, facts, choices, mesh) for host in everyone},
+        "nodes": {host: _node_record(host, facts, choices, mesh_reports) for host in everyone},
+        "mesh": {
+            "mode": options.mesh,
+            "covering": planned is not None,
+            "full_mesh_up_to": options.full_mesh_up_to,
+            "pairs_tested": tested_pairs(matrix),
+            "pairs_total": len(hosts) * (len(hosts) - 1),
+            "retested": sorted(retested, key=hosts.index),
+            "cuts": [
+                {"subnets": [cut.first, cut.second], "pairs": cut.pairs, "hosts": cut.hosts}
+                for cut in cuts
+            ],
+            "rounds": rounds,
+        },
         "matrix": matrix,
-        "matrix_lines": render_matrix(matrix, hosts),
+        "matrix_lines": render_matrix(matrix, hosts, cuts=cuts, subnets=subnets),
         "connects": connects,
         "errors": errors,
         "seconds": {
-            "facts": round(facts_seconds, 3),
+            "facts": round(facts_seconds, 3) if facts else None,
             "total": round(time.monotonic() - started, 3),
         },
     }
     return findings, raw
 
 
-def _flatten_connects(mesh: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every connect attempt with its source; a clusterkit listener of another node answering
-    (a wrong address) is not a success."""
+def _flatten_connects(mesh: dict[str, dict[str, Any]], number: int) -> list[dict[str, Any]]:
+    """Every connect attempt with its source and round; a clusterkit listener of another node
+    answering (a wrong address) is not a success."""
     connects = []
     for host, result in mesh.items():
         for item in result.get("connects") or []:
-            entry = dict(item, **{"from": host})
+            entry = dict(item, **{"from": host, "round": number})
             if entry.get("result") == "ok" and entry.get("detail") != entry.get("peer"):
                 entry["result"] = "wrong_node"
                 entry["detail"] = f"{entry.get('detail')} answered instead of {entry['peer']}"
@@ -241,11 +330,12 @@ def _flatten_connects(mesh: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return connects
 
 
-def _node_record(host, facts, choices, mesh) -> dict[str, Any]:
+def _node_record(host, facts, choices, mesh_reports) -> dict[str, Any]:
     node = facts.get(host)
     if node is None:
         return {"ran": False}
     choice = choices[host]
+    reports = mesh_reports.get(host) or []
     return {
         "ran": True,
         "hostname": node.get("hostname"),
@@ -267,6 +357,7 @@ def _node_record(host, facts, choices, mesh) -> dict[str, Any]:
             tool: {"state": entry.get("state"), "reason": entry.get("reason")}
             for tool, entry in (node.get("firewall") or {}).items()
         },
-        "listeners": (mesh.get(host) or {}).get("listeners"),
-        "mesh_seconds": (mesh.get(host) or {}).get("seconds"),
+        "listeners": (reports[0].get("listeners") if reports else None),
+        "mesh_seconds": [report.get("seconds") for report in reports],
+        "cpu_seconds": reports[-1].get("cpu") if reports else None,
     }

@@ -1,19 +1,19 @@
-"""Stage `network`: the paths torch will use, tried between every pair of nodes (net/stage.py)."""
+"""Stage `network`: the paths torch will use, tried between node pairs (net/stage.py)."""
 
 from __future__ import annotations
 
 from clusterkit.stages.base import Stage, StageResult, no_hosts_reason
 from clusterkit.stages.session import Session
 
-NETWORK_SECONDS = 60.0
+NETWORK_SECONDS = 90.0  # facts, the mesh and up to two retest rounds (net/stage.py)
 
 
 class NetworkStage(Stage):
     name = "network"
     together = True  # facts, bound and mesh are barriers over every node
 
-    def __init__(self, seconds: float = NETWORK_SECONDS) -> None:
-        self.seconds = seconds
+    def __init__(self, seconds: float = NETWORK_SECONDS, mesh: str | None = None) -> None:
+        self.seconds, self.mesh = seconds, mesh  # mesh: --mesh, over the settings
 
     def skip_reason(self, session: Session) -> str | None:
         why = super().skip_reason(session) or no_hosts_reason(session)
@@ -30,5 +30,6 @@ class NetworkStage(Stage):
             session.facts,
             session.bounded(self.seconds),
             workers=session.workers,
+            mesh=self.mesh,
         )
         return StageResult(findings, details, list(details.get("matrix_lines") or []))

@@ -170,7 +170,7 @@ def test_matrix_renders_full_grid_for_small_and_pairs_for_large() -> None:
     ]
     connects.append({"from": "node2", "peer": "node3", "role": "extra", "result": "timeout"})
     lines = render_matrix(build_matrix(hosts, connects), hosts)
-    assert lines[0] == "TCP mesh: 5 of 6 node pairs connect, 1 fail"
+    assert lines[0] == "TCP mesh: 6 of 6 node pairs tested, 5 connect, 1 fail"
     assert lines[1:5] == [
         "          1 2 3",
         " 1 node1  - . .",
@@ -185,7 +185,7 @@ def test_matrix_renders_full_grid_for_small_and_pairs_for_large() -> None:
         if src != dst and src != "n10"
     ]
     big_lines = render_matrix(build_matrix(big, big_connects), big)
-    assert big_lines[0] == "TCP mesh: 73 of 90 node pairs connect, 8 fail, 9 not tested"
+    assert big_lines[0] == "TCP mesh: 81 of 90 node pairs tested, 73 connect, 8 fail, 9 not tested"
     assert big_lines[1:] == [f"  n{i} -> n7: refused" for i in (1, 2, 3, 4, 5, 6, 8, 9)]
 
 
