@@ -70,8 +70,9 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--forks",
         type=_positive_int,
-        default=64,
-        help="hosts contacted at once (default: 64)",
+        default=None,
+        help="hosts contacted at once (default: all of them, like clush -f N; a bound for "
+        "a site that limits parallel SSH logins)",
     )
     group.add_argument(
         "--host-key-policy",

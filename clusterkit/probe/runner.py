@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -59,15 +60,22 @@ def probe_all(
     inventory: Inventory,
     deadline: Deadline,
     *,
-    workers: int = 64,
+    workers: int | None = None,
     on_done: Callable[[str, str | None], None] | None = None,
+    host_seconds: float | None = None,
 ) -> ProbeResults:
+    """Probe every host, at most `workers` at once; each host's probe is bounded by
+    `deadline` and, given `host_seconds`, by that long from its own start (a host in a later
+    wave gets as long as one in the first)."""
     probe_options = inventory.settings.probe.options()
 
     def one(name: str) -> dict[str, Any]:
+        own = deadline
+        if host_seconds is not None:
+            own = Deadline(min(deadline.at, time.monotonic() + host_seconds))
         try:
             facts = probe_host(
-                transports[name], interpreter_for(inventory, name), probe_options, deadline
+                transports[name], interpreter_for(inventory, name), probe_options, own
             )
         except TransportError as error:
             if on_done:

@@ -28,12 +28,16 @@ class ProbeStage(Stage):
         return len(session.transports)
 
     def run(self, session: Session) -> StageResult:
+        # `seconds` is each host's bound: with fewer workers than hosts, the stage takes a
+        # wave of them at a time and lasts as many times as long.
+        waves = -(-len(session.transports) // max(1, session.workers))
         probed = probe_all(
             session.transports,
             session.inventory,
-            session.bounded(self.seconds),
+            session.bounded(self.seconds * max(1, waves)),
             workers=session.workers,
             on_done=session.progress.done,
+            host_seconds=self.seconds,
         )
         session.facts.update(probed.facts)
         session.failures.update(probed.failures)

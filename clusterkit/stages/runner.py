@@ -19,7 +19,8 @@ def run_stages(session: Session, stages: Iterable[Stage]) -> None:
             result = StageResult(stage.skipped(reason))
         else:
             hosts = len(session.transports) or len(session.inventory.hosts)
-            session.workers = max(1, hosts) if stage.together else session.options.forks
+            forks = session.options.forks
+            session.workers = max(1, hosts) if stage.together or forks is None else forks
             if steps := stage.steps(session):
                 session.progress.phase(stage.name, steps)
             result = stage.run(session)

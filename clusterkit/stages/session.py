@@ -32,7 +32,7 @@ class SessionOptions:
     """What the command line says about every stage: how many hosts at once, which stages
     the user turned off."""
 
-    forks: int = 64
+    forks: int | None = None  # hosts acted on at once; None: all of them (docs/scale.md)
     skip: frozenset[str] = frozenset()
 
 

@@ -182,7 +182,7 @@ def connect_all(
     *,
     on_done: Callable[[str, TransportError | None], None] | None = None,
 ) -> Connections:
-    """Connect to every host, at most options.forks at once; first make sure this process
+    """Connect to every host (at most options.forks at once); first make sure this process
     may open the descriptors they will hold (UsageError, nothing connected, if not)."""
     _verifiers.clear()
     config = load_ssh_config(options.ssh_config)

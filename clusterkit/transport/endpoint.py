@@ -36,7 +36,7 @@ class ConnectOptions:
     known_hosts: tuple[str, ...] = ()
     ssh_config: str | None = None  # None: ~/.ssh/config when it exists
     connect_timeout: float | None = None
-    forks: int = 64
+    forks: int | None = None  # hosts connected at once; None: all of them
 
 
 @dataclass(frozen=True)

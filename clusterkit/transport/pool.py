@@ -33,15 +33,17 @@ def cancel_all() -> None:
 
 
 def parallel(
-    fn: Callable[[T], R], items: Iterable[T], *, workers: int = 64
+    fn: Callable[[T], R], items: Iterable[T], *, workers: int | None = None
 ) -> list[R | BaseException]:
-    """Apply fn to every item concurrently; results in input order, exceptions returned as
-    values so one host's failure never hides the others'. KeyboardInterrupt cancels every
-    live transport, waits for the workers to return, and propagates."""
+    """Apply fn to every item concurrently (at most `workers` at once; None: all of them);
+    results in input order, exceptions returned as values so one host's failure never hides
+    the others'. KeyboardInterrupt cancels every live transport, waits for the workers to
+    return, and propagates."""
     items = list(items)
     if not items:
         return []
-    executor = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
+    limit = len(items) if workers is None else min(workers, len(items))
+    executor = ThreadPoolExecutor(max_workers=max(1, limit))
     results: list[R | BaseException] = []
     try:
         futures = [executor.submit(fn, item) for item in items]

@@ -65,6 +65,13 @@ def test_together_stages_get_every_host_others_get_the_forks() -> None:
     assert gang.workers == 100
 
 
+def test_without_forks_every_stage_acts_on_every_host_at_once() -> None:
+    session = session_of(300)  # no --forks: a later host must not wait for a wave to end
+    pooled = Recorder("pooled")
+    run_stages(session, [pooled])
+    assert pooled.workers == 300
+
+
 def test_skipped_bench_stands_as_a_skip_finding() -> None:
     session = session_of(2)
     session.findings.append(

@@ -1,0 +1,73 @@
+"""`--timeout` bounds each host's probe: with fewer forks than hosts the probe runs in waves,
+and a host of the last wave gets as long as one of the first (the stage lasts that many
+times longer), instead of what the first waves left of one shared deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from clusterkit import framing
+from clusterkit.inventory.model import Host, Inventory
+from clusterkit.stages import Session, run_stages
+from clusterkit.stages.probe import ProbeStage
+from clusterkit.stages.session import SessionOptions
+from clusterkit.transport.base import CommandResult, Deadline
+
+PROBE_SECONDS = 10.0
+WORK_SECONDS = 8.0  # what each probe takes on its node, on the test's clock
+
+
+class Clock:
+    """A monotonic clock that moves only when a host works (one at a time: exact waves)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+class WorkingTransport:
+    """Answers the probe after WORK_SECONDS of the clock, if its deadline allows."""
+
+    def __init__(self, host: str, clock: Clock, seen: dict[str, float]) -> None:
+        self.host, self.clock, self.seen = host, clock, seen
+
+    def run(self, argv: Sequence[str], *, stdin: bytes | None = None, deadline: Deadline,
+            output_cap: int = 0) -> CommandResult:  # fmt: skip
+        self.seen[self.host] = deadline.remaining()
+        if deadline.remaining() < WORK_SECONDS:
+            self.clock.advance(deadline.remaining())
+            return CommandResult(self.host, None, b"", b"", timed_out=True)
+        self.clock.advance(WORK_SECONDS)
+        payload = {"facts": {"hostname": {"hostname": self.host}}}
+        return CommandResult(self.host, 0, framing.encode(payload), b"")
+
+    def close(self) -> None:
+        pass
+
+
+def test_every_host_gets_the_whole_probe_timeout_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(time, "monotonic", clock)
+    hosts = tuple(Host(f"n{i}", f"10.0.0.{i}") for i in range(4))
+    session = Session(Inventory(None, hosts), None, SessionOptions(forks=1))
+    seen: dict[str, float] = {}
+    session.transports = {h.name: WorkingTransport(h.name, clock, seen) for h in hosts}  # type: ignore[misc]
+    run_stages(session, [ProbeStage(PROBE_SECONDS)])
+    assert session.failures == {}
+    assert sorted(session.facts) == ["n0", "n1", "n2", "n3"]
+    assert all(remaining == pytest.approx(PROBE_SECONDS) for remaining in seen.values()), seen
+    # Four waves of 8 s under a 10 s bound per host: the stage took 32 s of the clock.
+    assert clock.now == pytest.approx(1000.0 + 4 * WORK_SECONDS)
