@@ -26,6 +26,7 @@ from clusterkit.transport.base import (
 from clusterkit.transport.endpoint import Endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier
 from clusterkit.transport.pool import register_cancellable
+from clusterkit.transport.watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +209,7 @@ def open_client(
     attempt.sock = sock
     if attempt.cancelled.is_set():
         sock.close()
-    watchdog = threading.Timer(max(0.0, deadline.remaining()), sock.close)
-    watchdog.daemon = True
-    watchdog.start()
+    watchdog = WATCHDOG.after(deadline.remaining(), sock.close)
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(_Verify(verifier, endpoint))
     keys = list(endpoint.key_files) or None
@@ -314,9 +313,7 @@ class SSHTransport:
             fired.set()
             channel.close()
 
-        watchdog = threading.Timer(max(0.0, deadline.remaining()), expire)
-        watchdog.daemon = True
-        watchdog.start()
+        watchdog = WATCHDOG.after(deadline.remaining(), expire)
         try:
             channel.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as error:
