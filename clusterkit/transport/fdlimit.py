@@ -16,15 +16,16 @@ from clusterkit.errors import UsageError
 # 30 on a check without hosts; the rest is headroom.
 BASE_DESCRIPTORS = 64
 # Per host: a pipe (2) for each channel waited on at once, at most two (a command, and the
-# kill of its process group or a second command of the same stage).
-CHANNEL_DESCRIPTORS = 4
+# kill of its process group or a second command of the same stage), and the eventfd that
+# wakes its waits on Ctrl-C. Measured: 3 to 4 per host at 256 hosts.
+CHANNEL_DESCRIPTORS = 5
 # A ProxyCommand's stdin, stdout and stderr pipes.
 PROXY_DESCRIPTORS = 3
 
 
 def host_descriptors(hops: int = 1, proxy_command: bool = False) -> int:
     """What one host holds at most: a socket per SSH connection (its jump hosts' included),
-    the channel pipes, and a ProxyCommand's pipes."""
+    the channel pipes and wake eventfd, and a ProxyCommand's pipes."""
     return hops + CHANNEL_DESCRIPTORS + (PROXY_DESCRIPTORS if proxy_command else 0)
 
 

@@ -34,7 +34,7 @@ def test_jump_hosts_and_a_proxy_command_add_theirs() -> None:
 
 def test_need_grows_with_every_host_over_a_fixed_base() -> None:
     assert descriptors_needed([]) == BASE_DESCRIPTORS
-    assert descriptors_needed([5] * 256) == BASE_DESCRIPTORS + 1280
+    assert descriptors_needed([6] * 256) == BASE_DESCRIPTORS + 1536
     assert descriptors_needed([5, 8, 7]) == BASE_DESCRIPTORS + 20
 
 
