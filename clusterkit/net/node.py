@@ -12,11 +12,13 @@ The session, each step answered by the control side with one JSON line on stdin:
          The control side answers with this node's mesh plan.
   bound  the planned listeners are bound and served. The control side answers "go" once
          every node has bound, so no connect can come too early and nothing is retried.
-  mesh   connect to the planned peers' listeners from the fabric address; listeners stay up
-         until every expected peer has been seen or the hold time ends, then close (nothing
-         stays listening). The control side answers with the next round's plan (the nodes
-         that failed, retested against everyone) or stop. End of stdin, or no answer in
-         time, ends the process at any step.
+  mesh   connect to the planned peers' listeners from the fabric address; the listeners
+         keep serving. The control side answers once every node has reported its mesh step,
+         so a node handed "go" late still finds every peer listening.
+  listeners  the listeners are closed (nothing stays listening) and report who reached
+         them. The control side answers with the next round's plan (the nodes that failed,
+         retested against everyone) or stop. End of stdin, or no answer in time, ends the
+         process at any step.
 """
 
 from __future__ import annotations
@@ -526,7 +528,10 @@ def probe_target(target, source, name, budget):
 
 
 class Mesh:
-    """This node's part of one mesh round: its listeners, then its connects."""
+    """This node's part of one mesh round: its listeners, then its connects. The listeners
+    serve until `close`, which the session calls only once the control side says every node
+    has finished connecting: when "go" reaches the nodes over several seconds, the last one
+    still finds every peer listening."""
 
     def __init__(self, plan):
         self.plan = plan
@@ -534,7 +539,6 @@ class Mesh:
         self.listeners = [
             Listener(int(item["port"]), item["role"], self.name) for item in plan["listen"]
         ]
-        self.hold_end = None  # set when connecting starts; listeners serve until then
         self.done = threading.Event()
         self.servers = []
 
@@ -550,27 +554,15 @@ class Mesh:
         return {"phase": "bound", "listeners": self.report()}
 
     def listen_until(self):
-        if self.done.is_set():
-            return 0
-        return self.hold_end if self.hold_end is not None else float("inf")
-
-    def everyone_seen(self):
-        expected = self.plan.get("expected_peers", {})
-        for listener in self.listeners:
-            if listener.state != "ok":
-                continue
-            with listener.lock:
-                if not set(expected.get(str(listener.port), [])) <= listener.seen:
-                    return False
-        return True
+        return 0 if self.done.is_set() else float("inf")
 
     def connect(self):
+        """Every planned connect, each bounded; the listeners keep serving."""
         started = time.monotonic()
         plan = self.plan
         window = float(plan.get("window", 5.0))
         connect_timeout = float(plan.get("connect_timeout", 3.0))
         window_end = started + window
-        self.hold_end = window_end + float(plan.get("hold", 3.0))
         targets = plan.get("targets", [])
         results: list[dict | None] = [None] * len(targets)
         todo = enumerate(targets)
@@ -595,18 +587,24 @@ class Mesh:
             workers.append(thread)
         for thread in workers:
             thread.join(max(0.0, window_end + connect_timeout + 1 - time.monotonic()))
-        while time.monotonic() < self.hold_end and not self.everyone_seen():
-            time.sleep(0.02)
         for index, target in enumerate(targets):
             if results[index] is None:
                 results[index] = dict(target, result="timeout", detail="connect never returned")
         return {
             "phase": "mesh",
             "round": plan.get("round", 1),
-            "listeners": self.report(),
             "connects": results,
             "seconds": round(time.monotonic() - started, 3),
             "cpu": round(time.process_time(), 3),  # this process's CPU seconds so far
+        }
+
+    def closed(self):
+        """Close the listeners and report who reached each one."""
+        self.close()
+        return {
+            "phase": "listeners",
+            "round": self.plan.get("round", 1),
+            "listeners": self.report(),
         }
 
     def report(self):
@@ -626,6 +624,7 @@ class Mesh:
         self.done.set()
         for thread in self.servers:
             thread.join(1.0)
+        self.servers = []
         for listener in self.listeners:
             listener.close()
 
@@ -654,9 +653,16 @@ class Inbox:
 
 
 def session(args, inbox):
-    """facts, then rounds of plan -> bound -> go -> mesh until the control side stops: a
-    later round retests the nodes an earlier one found failing."""
+    """facts, then the mesh rounds."""
     emit(facts(args))
+    mesh_rounds(inbox)
+
+
+def mesh_rounds(inbox):
+    """Rounds of plan -> bound -> go -> mesh -> listeners until the control side stops: a
+    later round retests the nodes an earlier one found failing. The listeners close only on
+    the answer to the mesh report, which the control side sends once every node's report is
+    in; the inbox's wait bounds how long they serve when that answer never comes."""
     while True:
         plan = inbox.next()
         if plan is None:
@@ -667,6 +673,9 @@ def session(args, inbox):
             if inbox.next() is None:
                 return
             emit(mesh.connect())
+            if inbox.next() is None:
+                return
+            emit(mesh.closed())
         finally:
             mesh.close()
 

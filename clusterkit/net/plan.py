@@ -26,7 +26,6 @@ class NetworkOptions:
     interface: str | None
     extra_ports: tuple[int, ...] = ()
     connect_timeout: float = 3.0  # one connect attempt
-    hold: float = 3.0  # listeners stay up this long after the connect window
     mesh: str = "auto"  # "full": every pair; "auto": every pair up to full_mesh_up_to nodes
     full_mesh_up_to: int = NetworkSettings.full_mesh_up_to
 
@@ -41,8 +40,9 @@ class NetworkOptions:
 
     @property
     def mesh_seconds(self) -> float:
-        """The longest the mesh step can run on a node before it exits by itself."""
-        return self.window + self.connect_timeout + self.hold + 2.0
+        """The longest a node's mesh step runs once it has "go": the window, a connect
+        started at its end, and the node's bound on joining its connect threads (1 s)."""
+        return self.window + self.connect_timeout + 2.0
 
     def covering(self, nodes: int) -> bool:
         """Whether a mesh over this many nodes tests a covering set rather than every pair."""
@@ -112,7 +112,7 @@ def mesh_args(
     round_number: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """One round's plan for every node in `hosts` (those whose facts came back): which of its
-    ports it binds and who must reach them, which peers' ports it connects to. `pairs`: the
+    ports it binds, which peers' ports it connects to. `pairs`: the
     (connects, accepts) pairs of this round, every pair when None. The rendezvous ports are
     bound and tried in the first round only."""
     rendezvous = round_number == 1
@@ -127,17 +127,14 @@ def mesh_args(
 
     if pairs is None:
         connects_to = {host: [peer for peer in hosts if peer != host] for host in hosts}
-        accepts_from = connects_to
     else:
         order = {host: index for index, host in enumerate(hosts)}
         connects_to = {host: [] for host in hosts}
-        accepts_from = {host: [] for host in hosts}
         for a, b in sorted(
             (pair for pair in pairs if pair[0] in order and pair[1] in order),
             key=lambda pair: (order[pair[0]], order[pair[1]]),
         ):
             connects_to[a].append(b)
-            accepts_from[b].append(a)
     addresses = {host: fabric_address(choices[host], ssh_addresses[host]) for host in hosts}
 
     plans: dict[str, dict[str, Any]] = {}
@@ -154,23 +151,13 @@ def mesh_args(
                 targets.append(
                     {"peer": options.master_host, "address": resolved, "port": port, "role": role}
                 )
-        expected = {}
-        for item in listen_by_host[host]:
-            if item["role"] in ("mesh", "extra"):
-                expected[str(item["port"])] = list(accepts_from[host])
-            else:
-                expected[str(item["port"])] = [
-                    peer for peer in hosts if master_address(facts_by_host[peer])
-                ]
         plans[host] = {
             "name": host,
             "round": round_number,
             "listen": listen_by_host[host],
             "targets": targets,
             "source": choices[host].address,
-            "expected_peers": expected,
             "window": options.window,
-            "hold": options.hold,
             "connect_timeout": options.connect_timeout,
         }
     return plans

@@ -3,11 +3,13 @@
 facts: every node reports names as it resolves them, interfaces, ifname variables, a free
 mesh port and its firewall rules. bound: with every port and address planned from those
 facts, every node binds its listeners. mesh: once all have bound, every node connects to
-its planned peers at once (every peer, or a covering set: net/cover.py). When a covering set
-found failures, bound and mesh run again in the same node processes to retest the failing
-nodes against everyone. Each step runs on all nodes in parallel and waits for the slowest
-(a barrier), and every node-side step is bounded, so the stage takes about as long for 32
-nodes as for 4.
+its planned peers at once (every peer, or a covering set: net/cover.py). listeners: once
+every node has connected, every node closes its listeners and reports who reached them, so
+no listener closes while a peer handed "go" late may still connect. When a covering set
+found failures, bound, mesh and listeners run again in the same node processes to retest
+the failing nodes against everyone. Each step runs on all nodes in parallel and waits for
+the slowest (a barrier), and every node-side step is bounded, so the stage takes about as
+long for 32 nodes as for 4.
 """
 
 from __future__ import annotations
@@ -191,10 +193,12 @@ def run_network_stage(
     facts_args = {
         host: {"master": options.master_name, "reserved_ports": reserved} for host in live
     }
-    round_seconds = options.mesh_seconds + 2 * TRANSPORT_MARGIN
+    # A round's steps: bound, mesh (handing out "go" included), listeners.
+    round_seconds = options.mesh_seconds + 3 * TRANSPORT_MARGIN
     whole = FACTS_SECONDS + TRANSPORT_MARGIN + MAX_ROUNDS * round_seconds
     sessions = NodeSessions(transports, _bounded(deadline, whole), workers or len(hosts))
-    # A node waits for each answer longer than any step lasts on this side.
+    # A node waits for each answer longer than any step lasts on this side: after its mesh
+    # report, its listeners serve until the answer or this wait, whichever comes first.
     wait = max(FACTS_SECONDS, options.mesh_seconds) + 2 * TRANSPORT_MARGIN
     mesh_reports: dict[str, list[dict[str, Any]]] = {}
     connects: list[dict[str, Any]] = []
@@ -232,7 +236,7 @@ def run_network_stage(
         number = 1
         while live and (pairs is None or pairs):
             # A retest round needs its whole bound; the first runs on what is left.
-            needed = options.mesh_seconds + (TRANSPORT_MARGIN if number > 1 else 0.0)
+            needed = round_seconds if number > 1 else options.mesh_seconds
             if deadline.remaining() <= needed:
                 if number == 1:
                     for host in live:
@@ -249,19 +253,28 @@ def run_network_stage(
             reports = sessions.step(
                 "mesh", go, _bounded(deadline, options.mesh_seconds + TRANSPORT_MARGIN)
             )
+            go_spread = sessions.spread()
+            # Every node has connected: only now may the listeners close.
+            closed = sessions.step(
+                "listeners",
+                {host: {"close": True} for host in reports},
+                _bounded(deadline, TRANSPORT_MARGIN),
+            )
             for host, report in reports.items():
-                mesh_reports.setdefault(host, []).append(report)
+                listened = closed.get(host) or {}
+                heard = listened.get("listeners") or _unheard(bound[host].get("listeners"))
+                mesh_reports.setdefault(host, []).append(dict(report, listeners=heard))
             connects += _flatten_connects(reports, number)
             rounds.append(
                 {
                     "round": number,
                     "pairs": len(live) * (len(live) - 1) if pairs is None else len(pairs),
                     "nodes": len(bound),
-                    "go_spread": round(sessions.spread(), 3),
+                    "go_spread": round(go_spread, 3),
                     "seconds": round(time.monotonic() - round_started, 3),
                 }
             )
-            live = [host for host in live if host in reports]
+            live = [host for host in live if host in closed]
             if pairs is None or number == MAX_ROUNDS:
                 break
             results = pair_results(build_matrix(hosts, connects, planned))
@@ -328,6 +341,11 @@ def _flatten_connects(mesh: dict[str, dict[str, Any]], number: int) -> list[dict
                 entry["detail"] = f"{entry.get('detail')} answered instead of {entry['peer']}"
             connects.append(entry)
     return connects
+
+
+def _unheard(listeners: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """A node's listeners as bound, for a node that never reported who reached them."""
+    return [dict(item, seen=None) for item in listeners or []]
 
 
 def _node_record(host, facts, choices, mesh_reports) -> dict[str, Any]:

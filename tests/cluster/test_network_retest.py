@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.test_network_scale import check, failing_cells, finding
+from tests.cluster.test_network_stage import run_late_go
 from tests.support.netcluster import NetCluster, unavailable_reason
 
 pytestmark = pytest.mark.cluster
@@ -69,3 +70,27 @@ def test_mesh_full_on_the_command_line_tests_every_pair(small: NetCluster, tmp_p
         f"TCP mesh: {NODES * (NODES - 1)} of {NODES * (NODES - 1)} node pairs tested, "
         f"{NODES * (NODES - 1)} connect"
     )
+
+
+def test_a_node_handed_go_late_in_the_retest_round_reaches_every_listener(
+    small: NetCluster, tmp_path: Path
+) -> None:
+    """Each round's listeners close only once every node has reported that round's connects:
+    node9, retested against everyone, gets its second "go" 4 s after all the others finished
+    theirs, and its own connects still all succeed."""
+    small.reset()
+    victim = small["node9"]  # refuses connects to it; its own connects and their replies pass
+    victim.iptables("-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                    "-j", "ACCEPT")  # fmt: skip
+    victim.iptables("-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT")
+    late = {"late": "node9", "delay": 4.0, "round_number": 2}
+    held, _by_id, raw = run_late_go(small, tmp_path, late, mesh="auto", **COVERING)
+
+    first, second = raw["mesh"]["rounds"]
+    assert "node9" in first["retest_next"] and second["nodes"] == NODES
+    assert (held.held_for or 0) >= 4.0 and second["go_spread"] >= 4.0
+    others = [node.name for node in small if node is not victim]
+    assert failing_cells(raw) == {(name, "node9") for name in others}
+    assert {raw["matrix"]["node9"][name] for name in others} == {"ok"}
+    late_connects = [c for c in raw["connects"] if c["from"] == "node9" and c["round"] == 2]
+    assert late_connects and {c["result"] for c in late_connects} == {"ok"}

@@ -7,16 +7,19 @@ the rule; afterwards no process or listener of the stage may remain on any node.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.framing import FrameError, decode
 from clusterkit.inventory.loader import load_inventory
 from clusterkit.net.stage import run_network_stage
-from clusterkit.transport.base import Deadline
+from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
 from tests.support.netcluster import NetCluster, Node, unavailable_reason
@@ -65,6 +68,112 @@ def run_stage(
     for item in findings:
         by_id.setdefault(item.id, []).append(item)
     return by_id, raw
+
+
+class LateGo:
+    """Hands one node its "go" of one round late: only once every other node of the round has
+    reported its mesh step, and `delay` seconds after that (more than the 3 s the listeners
+    used to stay up after a node's own connects). Wraps the real transports; every byte still
+    goes over SSH."""
+
+    def __init__(
+        self, transports: dict[str, Transport], late: str, delay: float, round_number: int = 1
+    ) -> None:
+        self.late, self.delay, self.round_number = late, delay, round_number
+        self.others = len(transports) - 1
+        self.reported: set[str] = set()  # other nodes that reported this round's mesh step
+        self.changed = threading.Condition()
+        self.gos = 0  # "go" messages handed to the late node so far
+        self.held_for: float | None = None  # how long its "go" was held back
+        self.transports = {host: self._wrap(host, t) for host, t in transports.items()}
+
+    def _wrap(self, host: str, transport: Transport) -> Transport:
+        late_go = self
+
+        class Wrapped:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(transport, name)
+
+            def start(self, argv: list[str], **kwargs: Any) -> RemoteProcess:
+                return late_go._process(host, transport.start(argv, **kwargs))
+
+        return Wrapped()  # type: ignore[return-value]
+
+    def _process(self, host: str, process: RemoteProcess) -> RemoteProcess:
+        late_go = self
+        send, expect = process.send, process.expect
+
+        def held_send(data: bytes) -> None:
+            if host == late_go.late and data.strip() == b'{"go": true}':
+                late_go._hold()
+            send(data)
+
+        def noted_expect(marker: bytes, deadline: Deadline) -> bytes | None:
+            chunk = expect(marker, deadline)
+            if chunk and host != late_go.late:
+                late_go._note(host, chunk)
+            return chunk
+
+        process.send, process.expect = held_send, noted_expect  # type: ignore[method-assign]
+        return process
+
+    def _note(self, host: str, chunk: bytes) -> None:
+        try:
+            report = decode(chunk)
+        except FrameError:
+            return
+        mesh = isinstance(report, dict) and report.get("phase") == "mesh"
+        if mesh and report.get("round") == self.round_number:
+            with self.changed:
+                self.reported.add(host)
+                self.changed.notify_all()
+
+    def _hold(self) -> None:
+        self.gos += 1
+        if self.gos != self.round_number:
+            return
+        started = time.monotonic()
+        with self.changed:
+            everyone = self.changed.wait_for(lambda: len(self.reported) == self.others, 60)
+        assert everyone, f"only {sorted(self.reported)} reported their mesh step"
+        time.sleep(self.delay)  # the fault itself: a control side that hands "go" out late
+        self.held_for = time.monotonic() - started
+
+
+def run_late_go(
+    cluster: NetCluster,
+    tmp_path: Path,
+    late_go: dict[str, Any],
+    mesh: str = "full",
+    **clusterkit: Any,
+) -> tuple[LateGo, dict[str, list[Finding]], dict]:
+    """The stage over real SSH (--mesh full by default), one node's "go" held back (LateGo's
+    arguments); findings by id."""
+    settings = {"network": {"connect_timeout": CONNECT_TIMEOUT}, **clusterkit}
+    path = cluster.inventory(
+        tmp_path / "inventory.yaml", python_interpreter=NODE_PYTHON, clusterkit=settings
+    )
+    inventory = load_inventory(path)
+    connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null", forks=64))
+    assert not connections.failures
+    held = LateGo(connections.transports, **late_go)
+    try:
+        findings, raw = run_network_stage(
+            held.transports, inventory, {}, Deadline.after(120), mesh=mesh
+        )
+    finally:
+        connections.close()
+    by_id: dict[str, list[Finding]] = {}
+    for item in findings:
+        by_id.setdefault(item.id, []).append(item)
+    assert held.held_for is not None, "the late node never got its go"
+    return held, by_id, raw
+
+
+def seen_by(raw: dict, host: str, role: str = "mesh") -> set[str]:
+    """Who reached `host`'s listener of `role` in the first round."""
+    (listener,) = [item for item in raw["nodes"][host]["listeners"] if item["role"] == role]
+    return set(listener["seen"])
 
 
 def only(by_id: dict, check_id: str) -> Finding:
@@ -329,4 +438,25 @@ def test_a_node_too_slow_for_the_facts_bound_does_not_hold_up_the_others(
     others = ("node1", "node2", "node4")
     assert all(raw["matrix"][a][b] == "ok" for a in others for b in others if a != b)
     assert only(by_id, "net.rendezvous").status is Status.OK
+    assert_nothing_left(cluster)
+
+
+def test_a_node_handed_go_late_still_reaches_every_listener(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """node4 gets "go" only after every other node has finished its connects, and 4 s later:
+    their listeners must still be up, since they close only once every node has reported.
+    (With listeners closing a fixed hold after a node's own connects, node4's connects were
+    all refused.)"""
+    held, by_id, raw = run_late_go(cluster, tmp_path, {"late": "node4", "delay": 4.0})
+
+    assert (held.held_for or 0) >= 4.0 and raw["mesh"]["rounds"][0]["go_spread"] >= 4.0
+    assert not_failing(by_id) == []
+    assert failing_cells(raw) == {}
+    assert only(by_id, "net.mesh").status is Status.OK
+    assert only(by_id, "net.rendezvous").status is Status.OK
+    names = {node.name for node in cluster}
+    for node in cluster:  # who connected, as each listener saw it when it closed
+        assert seen_by(raw, node.name) == names - {node.name}, node.name
+    assert seen_by(raw, "node1", "rdzv_port") == names  # node4 late, node1 itself included
     assert_nothing_left(cluster)

@@ -1,13 +1,17 @@
 """The mesh listener (clusterkit/net/node.py) on loopback: many peers at once from one thread,
-a silent peer that must not stall the others, and a foreign client turned away."""
+a silent peer that must not stall the others, a foreign client turned away, and the
+listeners' lifetime in a mesh round: up until the control side answers the mesh report."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -104,3 +108,82 @@ def test_inbox_reads_answers_and_treats_stop_eof_and_silence_alike() -> None:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
+
+
+class Round:
+    """node.mesh_rounds in a thread, talked to as the control side would over a pipe."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, wait: float) -> None:
+        self.reports: queue.Queue[dict[str, Any]] = queue.Queue()
+        monkeypatch.setattr(node, "emit", self.reports.put)
+        self.read_end, self.write_end = os.pipe()
+        self.port = _free_port()
+        inbox = node.Inbox(wait=wait, fd=self.read_end)
+        self.thread = threading.Thread(target=node.mesh_rounds, args=(inbox,), daemon=True)
+
+    def answer(self, message: dict[str, Any]) -> None:
+        os.write(self.write_end, json.dumps(message).encode() + b"\n")
+
+    def report(self, phase: str) -> dict[str, Any]:
+        report = self.reports.get(timeout=20)
+        assert report["phase"] == phase, report
+        return report
+
+    def through_the_mesh_step(self) -> None:
+        """Plan and "go" are written before the node starts: it reads "go" only once bound,
+        and no wait of its inbox can run out before them."""
+        self.answer({"name": "node1", "round": 1, "listen": [{"port": self.port, "role": "mesh"}],
+                     "targets": [], "window": 1.0, "connect_timeout": 1.0})  # fmt: skip
+        self.answer({"go": True})
+        self.thread.start()
+        self.report("bound")
+        self.report("mesh")
+
+    def close(self) -> None:
+        os.close(self.write_end)  # end of input: the node stops
+        if self.thread.ident is not None:
+            self.thread.join(10)
+        os.close(self.read_end)
+        assert not self.thread.is_alive()
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_listeners_serve_past_the_mesh_report_until_the_control_side_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer handed "go" after this node finished its connects is still answered and seen;
+    the answer to the mesh report (every node has connected) closes the listeners."""
+    mesh_round = Round(monkeypatch, wait=30.0)
+    try:
+        mesh_round.through_the_mesh_step()
+        assert _connect(mesh_round.port, "node7") == ("ok", "node1")
+        mesh_round.answer({"close": True})
+        (listener,) = mesh_round.report("listeners")["listeners"]
+        assert (listener["port"], listener["seen"]) == (mesh_round.port, ["node7"])
+        assert _refused(mesh_round.port)
+        assert mesh_round.reports.empty()
+    finally:
+        mesh_round.close()
+
+
+def test_listeners_close_when_the_control_side_never_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The inbox's wait bounds the listeners: a node whose control side went silent after its
+    mesh report closes them and ends, reporting nothing more."""
+    mesh_round = Round(monkeypatch, wait=1.0)
+    try:
+        mesh_round.through_the_mesh_step()
+        mesh_round.thread.join(15)
+        assert not mesh_round.thread.is_alive()
+        assert _refused(mesh_round.port)
+        assert mesh_round.reports.empty()
+    finally:
+        mesh_round.close()

@@ -53,7 +53,7 @@ def test_every_step_reaches_every_node_at_once() -> None:
         facts = nodes.start(hosts, dict.fromkeys(hosts, "python3"), {h: {} for h in hosts},
                             Deadline.after(20))  # fmt: skip
         assert sorted(facts) == sorted(hosts) and nodes.errors == {}
-        for name in ("bound", "mesh", "bound", "mesh"):  # two rounds
+        for name in ("bound", "mesh", "listeners") * 2:  # two rounds
             reports = nodes.step(name, {h: {"go": True} for h in hosts}, Deadline.after(20))
             assert len(reports) == NODES and nodes.errors == {}
             assert len(nodes.sent) == NODES
