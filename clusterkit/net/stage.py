@@ -93,17 +93,20 @@ class NodeSessions:
         return self._each(hosts, one)
 
     def step(
-        self, name: str, messages: dict[str, dict[str, Any]], until: Deadline
+        self, name: str, messages: dict[str, dict[str, Any]], seconds: float, until: Deadline
     ) -> dict[str, dict[str, Any]]:
-        """Send each live node its message and return its next report."""
+        """Send each live node its message and return its next report, due `seconds` after
+        that node was handed its message and by `until` at the latest. Counted per node: on a
+        busy control side handing a message to every node takes seconds, which must not be
+        taken from the last nodes' time."""
 
         self.sent = {}
 
         def one(host: str) -> dict[str, Any]:
             process = self.processes[host]
             process.send(json.dumps(messages[host]).encode() + b"\n")
-            self.sent[host] = time.monotonic()  # written by the wait that follows at once
-            return self._report(process, until, name)
+            self.sent[host] = handed = time.monotonic()  # written by the wait that follows
+            return self._report(process, Deadline(min(until.at, handed + seconds)), name)
 
         return self._each([host for host in messages if host in self.processes], one)
 
@@ -193,13 +196,14 @@ def run_network_stage(
     facts_args = {
         host: {"master": options.master_name, "reserved_ports": reserved} for host in live
     }
-    # A round's steps: bound, mesh (handing out "go" included), listeners.
+    # A round's steps as each node sees them: bound, mesh, listeners.
     round_seconds = options.mesh_seconds + 3 * TRANSPORT_MARGIN
     whole = FACTS_SECONDS + TRANSPORT_MARGIN + MAX_ROUNDS * round_seconds
     sessions = NodeSessions(transports, _bounded(deadline, whole), workers or len(hosts))
-    # A node waits for each answer longer than any step lasts on this side: after its mesh
-    # report, its listeners serve until the answer or this wait, whichever comes first.
-    wait = max(FACTS_SECONDS, options.mesh_seconds) + 2 * TRANSPORT_MARGIN
+    # A node waits for each answer as long as the stage may last: after its mesh report its
+    # listeners serve until the last node has reported, however late that node got "go".
+    # A control side that went away closes the node's stdin, which ends it at once.
+    wait = sessions.deadline.remaining()
     mesh_reports: dict[str, list[dict[str, Any]]] = {}
     connects: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []  # per round: pairs, nodes, go spread, seconds
@@ -248,18 +252,16 @@ def run_network_stage(
             plans = mesh_args(
                 live, facts, choices, ssh_addresses, options, pairs, round_number=number
             )
-            bound = sessions.step("bound", plans, _bounded(deadline, TRANSPORT_MARGIN))
+            # Each step's bound counts from when each node was handed its message.
+            bound = sessions.step("bound", plans, TRANSPORT_MARGIN, sessions.deadline)
             go = {host: {"go": True} for host in bound}
             reports = sessions.step(
-                "mesh", go, _bounded(deadline, options.mesh_seconds + TRANSPORT_MARGIN)
+                "mesh", go, options.mesh_seconds + TRANSPORT_MARGIN, sessions.deadline
             )
             go_spread = sessions.spread()
             # Every node has connected: only now may the listeners close.
-            closed = sessions.step(
-                "listeners",
-                {host: {"close": True} for host in reports},
-                _bounded(deadline, TRANSPORT_MARGIN),
-            )
+            close = {host: {"close": True} for host in reports}
+            closed = sessions.step("listeners", close, TRANSPORT_MARGIN, sessions.deadline)
             for host, report in reports.items():
                 listened = closed.get(host) or {}
                 heard = listened.get("listeners") or _unheard(bound[host].get("listeners"))

@@ -5,6 +5,7 @@ side that talked to the nodes in batches would never get the first answers."""
 from __future__ import annotations
 
 import threading
+import time
 
 from clusterkit.framing import encode
 from clusterkit.net.stage import NodeSessions
@@ -54,7 +55,7 @@ def test_every_step_reaches_every_node_at_once() -> None:
                             Deadline.after(20))  # fmt: skip
         assert sorted(facts) == sorted(hosts) and nodes.errors == {}
         for name in ("bound", "mesh", "listeners") * 2:  # two rounds
-            reports = nodes.step(name, {h: {"go": True} for h in hosts}, Deadline.after(20))
+            reports = nodes.step(name, {h: {"go": True} for h in hosts}, 20, Deadline.after(20))
             assert len(reports) == NODES and nodes.errors == {}
             assert len(nodes.sent) == NODES
     finally:
@@ -70,3 +71,39 @@ def test_a_batched_control_side_would_stall_at_the_first_barrier() -> None:
         assert set(nodes.errors) == set(hosts)
     finally:
         nodes.close()
+
+
+class HandedLate:
+    """A node answering at once, handed its message only `delay` seconds after `first`'s
+    report came back (a control side slow to hand a message to every node)."""
+
+    def __init__(self, host: str, first: threading.Event, delay: float) -> None:
+        self.host, self.first, self.delay = host, first, delay
+
+    def send(self, data: bytes) -> None:
+        if self.delay:
+            assert self.first.wait(20)
+            time.sleep(self.delay)  # the fault: the hand-over itself is late
+
+    def expect(self, marker: bytes, deadline: Deadline) -> bytes | None:
+        if deadline.expired:
+            return None
+        if not self.delay:
+            self.first.set()
+        return encode({"phase": "step", "host": self.host})
+
+    def finish(self, deadline: Deadline) -> CommandResult:
+        return CommandResult(self.host, 0, b"", b"")
+
+
+def test_a_steps_bound_counts_from_each_nodes_hand_over() -> None:
+    """node2 is handed its message 1.5 s after node1 answered, with a 1 s bound per node: it
+    still has its second, so neither node is reported for the control side's slowness."""
+    first = threading.Event()
+    nodes = NodeSessions({}, Deadline.after(60))
+    nodes.processes = {"node1": HandedLate("node1", first, 0.0),  # type: ignore[dict-item]
+                       "node2": HandedLate("node2", first, 1.5)}  # fmt: skip
+    nodes.workers = 2
+    reports = nodes.step("mesh", {"node1": {}, "node2": {}}, 1.0, Deadline.after(30))
+    assert sorted(reports) == ["node1", "node2"] and nodes.errors == {}
+    assert nodes.spread() >= 1.5
