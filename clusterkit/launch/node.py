@@ -40,6 +40,7 @@ PY_SPY_SECONDS = 20.0
 FAULTHANDLER_SECONDS = 3.0
 LINE_LIMIT = 64 * 1024
 HEARTBEAT_SECONDS = 5.0
+DOCKER_SECONDS = 10.0  # one docker CLI command (kill, rm) answers by then
 
 SITECUSTOMIZE = r'''
 """clusterkit launch: SIGUSR1 prints this rank's Python stacks (no py-spy to ask)."""
@@ -257,19 +258,29 @@ class Runner:
 
     def stop(self, grace=None):
         """TERM every process of the job (and the container), KILL what is left after the
-        grace (`self.grace` by default, which a TERM to this runner shortens meanwhile)."""
+        grace (`self.grace` by default, which a TERM to this runner shortens meanwhile).
+
+        In a container, `docker run` itself is not sent TERM: killed while the engine is
+        still creating the container, it would leave it created and never started, where
+        `--rm` never removes it. It forwards signals to the container and ends with it; the
+        container is signalled through the engine as soon as it exists."""
         container = self.spec.get("container")
-        if container:
-            quiet_run(["docker", "kill", "--signal", "TERM", container], 10)
-        signal_all(self.job_pids(), signal.SIGTERM)
+        spared = {self.child.pid} if container and self.child is not None else set()
+        signalled = bool(container) and docker_quiet(["kill", "--signal", "TERM", container])
+        signal_all(self.job_pids() - spared, signal.SIGTERM)
         started = time.monotonic()
+        asked = started
         while time.monotonic() < started + (self.grace if grace is None else grace):
             if not self.job_pids():
                 break
+            if container and not signalled and time.monotonic() - asked > 0.5:
+                asked = time.monotonic()
+                signalled = docker_quiet(["kill", "--signal", "TERM", container])
+                signal_all(self.job_pids() - spared, signal.SIGTERM)
             time.sleep(0.05)
         left = self.job_pids()
         if container and left:
-            quiet_run(["docker", "kill", container], 10)
+            docker_quiet(["kill", container])
         signal_all(self.job_pids(), signal.SIGKILL)
         return len(left)
 
@@ -306,6 +317,9 @@ class Runner:
         for pump in pumps:
             pump.join(2.0)
         leftovers = self.stop(1.0) if self.job_pids() else 0
+        container = self.spec.get("container")
+        if container:  # whatever state the engine holds it in: gone with the job
+            docker_quiet(["rm", "--force", container])
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.control({"event": "exit", "code": code, "stopped": stopped, "leftovers": leftovers})
         return 0
@@ -386,15 +400,19 @@ def as_this_user(argv):
     return argv
 
 
-def quiet_run(argv, timeout):
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(
-            argv,
+def docker_quiet(args, timeout=DOCKER_SECONDS):
+    """A docker CLI command, bounded; True when it succeeded."""
+    try:
+        done = subprocess.run(
+            ["docker", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             timeout=timeout,
         )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def find_py_spy():

@@ -4,10 +4,12 @@ Prints what torchrun gave it (rank, world size, master) so a test can check the 
 wired as planned, then one line per step. Faults on request:
   --fail-rank R     rank R raises after the first step
   --sleep-rank R    rank R sleeps before the second step's all_reduce (a hang)
+  --signal-rank R   rank R sends itself --signal-name (default SEGV: a crash) after step 0
 """
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -22,6 +24,9 @@ def main() -> int:
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--sleep-rank", type=int, default=None)
     parser.add_argument("--sleep", type=float, default=600.0)
+    parser.add_argument("--signal-rank", type=int, default=None)
+    # Not --signal: torchrun's parser takes it for its --signals-to-handle, even after the script.
+    parser.add_argument("--signal-name", default="SEGV", help="without SIG")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step")
     args = parser.parse_args()
     dist.init_process_group("gloo")
@@ -32,6 +37,12 @@ def main() -> int:
         f"ifname={os.environ.get('GLOO_SOCKET_IFNAME')}",
         flush=True,
     )
+    shm = os.statvfs("/dev/shm")
+    print(
+        f"where container={os.path.exists('/.dockerenv')} user={os.getuid()}:{os.getgid()} "
+        f"shm={shm.f_blocks * shm.f_frsize}",
+        flush=True,
+    )
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -40,6 +51,8 @@ def main() -> int:
     for step in range(args.steps):
         if step == 1 and rank == args.fail_rank:
             raise RuntimeError(f"rank {rank} fails on purpose")
+        if step == 1 and rank == args.signal_rank:
+            os.kill(os.getpid(), getattr(signal, "SIG" + args.signal_name))
         if step == 1 and rank == args.sleep_rank:
             time.sleep(args.sleep)
         if step == 1:

@@ -301,6 +301,7 @@ class Node:
         self.host_key_path = self.dir / "ssh_host_ed25519_key"
         self.hosts_path = Path("/etc/netns") / self.netns / "hosts"
         self.sshd: subprocess.Popen[bytes] | None = None
+        self.environment: dict[str, str] = {}  # set_environment(): more SetEnv variables
 
     def __repr__(self) -> str:
         return f"<Node {self.name} {self.address} netns={self.netns}>"
@@ -541,7 +542,6 @@ class Node:
 
     def create(self) -> None:
         """Namespace, veth into the bridge, address, files and host key (sshd not started)."""
-        cluster = self.cluster
         run(["ip", "netns", "add", self.netns])
         run(["ip", "link", "add", self.host_veth, "type", "veth",
              "peer", "name", self.interface, "netns", self.netns])  # fmt: skip
@@ -557,13 +557,20 @@ class Node:
         self.set_gpus()
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.name,
              "-f", str(self.host_key_path)])  # fmt: skip
+        self.write_sshd_config()
+
+    def write_sshd_config(self) -> None:
+        """sshd's configuration: strict keys, and the node's own PATH, HOME and any
+        variables set_environment() gave its sessions."""
+        variables = {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home)}
+        variables.update(self.environment)
         self.sshd_config_path.write_text(
             "\n".join(
                 [
                     f"ListenAddress {self.address}:{SSH_PORT}",
                     f"HostKey {self.host_key_path}",
                     f"PidFile {self.dir / 'sshd.pid'}",
-                    f"AuthorizedKeysFile {cluster.authorized_keys_path}",
+                    f"AuthorizedKeysFile {self.cluster.authorized_keys_path}",
                     "PermitRootLogin prohibit-password",
                     "PubkeyAuthentication yes",
                     "PasswordAuthentication no",
@@ -578,12 +585,23 @@ class Node:
                     "MaxStartups 256",
                     "MaxSessions 64",
                     "LogLevel INFO",
-                    f"SetEnv PATH={self.bin_dir}:/usr/local/bin:/usr/bin:/bin HOME={self.home}",
+                    "SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items()),
                     f"Subsystem sftp {SFTP_SERVER}",
                     "",
                 ]
             )
         )
+
+    def set_environment(self, **variables: str) -> None:
+        """Variables every new session on the node gets (e.g. DOCKER_HOST for its own
+        engine); none to go back to PATH and HOME only. Restarts sshd; open sessions stay.
+        reset() keeps them: whoever set them (and started what they point at) undoes them."""
+        if variables == self.environment:
+            return
+        self.environment = dict(variables)
+        self.write_sshd_config()
+        self.stop_sshd()
+        self.start_sshd()
 
     def host_key_line(self) -> str:
         key_type, key = Path(f"{self.host_key_path}.pub").read_text().split()[:2]
