@@ -26,6 +26,7 @@ from clusterkit.inventory.yamlfile import UnsafeText, VaultValue
 
 TIMEOUT_VARIABLE = "CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
+KILL_WAIT = 5.0  # ansible-inventory is reaped by then once its group is killed
 INSTALL_HINT = "install Ansible: pip install ansible-core (or your distribution's ansible package)"
 
 
@@ -109,7 +110,9 @@ def list_with_ansible(sources: Sequence[str], needs: NeedsAnsible) -> dict[str, 
 def _kill_group(process: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
+    # A process of the script that left the group may hold the pipes: do not wait on it.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.communicate(timeout=KILL_WAIT)
 
 
 def _last_error(stderr: str) -> str:

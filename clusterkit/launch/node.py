@@ -40,6 +40,7 @@ PY_SPY_SECONDS = 20.0
 FAULTHANDLER_SECONDS = 3.0
 LINE_LIMIT = 64 * 1024
 HEARTBEAT_SECONDS = 5.0
+CHILD_WAIT_SECONDS = 10.0  # torchrun is reaped by then once killed
 DOCKER_SECONDS = 10.0  # one docker CLI command (kill, rm) answers by then
 
 SITECUSTOMIZE = r'''
@@ -291,11 +292,22 @@ class Runner:
         pids.discard(os.getpid())
         return pids
 
+    def reap(self, child):
+        """torchrun's (or docker run's) exit code, bounded: it has ended or been stopped,
+        so KILL it again if it is still there; None when even that did not end it (a
+        process stuck in the kernel)."""
+        for seconds in (CHILD_WAIT_SECONDS, CHILD_WAIT_SECONDS):
+            try:
+                return child.wait(seconds)
+            except subprocess.TimeoutExpired:
+                signal_all([child.pid], signal.SIGKILL)
+        return None
+
     def run(self):
         try:
             self.start()
         except OSError as error:
-            self.control({"event": "exit", "code": 127, "error": str(error)})
+            self.control({"event": "exit", "code": 127, "error": "cannot start: %s" % error})
             return 0
         child = self.child
         assert child is not None  # start() made it
@@ -313,7 +325,7 @@ class Runner:
                 stopped = True
                 self.stop()
                 break
-        code = child.wait()
+        code = self.reap(child)
         for pump in pumps:
             pump.join(2.0)
         leftovers = self.stop(1.0) if self.job_pids() else 0
@@ -321,7 +333,10 @@ class Runner:
         if container:  # whatever state the engine holds it in: gone with the job
             docker_quiet(["rm", "--force", container])
         shutil.rmtree(self.run_dir, ignore_errors=True)
-        self.control({"event": "exit", "code": code, "stopped": stopped, "leftovers": leftovers})
+        report = {"event": "exit", "code": code, "stopped": stopped, "leftovers": leftovers}
+        if code is None:
+            report["error"] = "the job's process %d did not end after SIGKILL" % child.pid
+        self.control(report)
         return 0
 
 

@@ -295,7 +295,7 @@ class Supervisor:
             node.reported_at = time.monotonic()
             if message.get("error"):
                 node.error = str(message["error"])
-                self.options.note(f"clusterkit: {node.host}: cannot start: {node.error}")
+                self.options.note(f"clusterkit: {node.host}: {node.error}")
             if node.exit_code != 0 and not node.stopped_by_us:
                 by_rank = {r: list(v) for (h, r), v in self.last_lines.items() if h == node.host}
                 by_rank[-1] = list(node.agent_lines)[-LAST_LINES:]

@@ -25,6 +25,7 @@ BEGIN = "\n--clusterkit-begin--\n"
 END = "\n--clusterkit-end--\n"
 PROBE_VERSION = 1
 TOOL_TIMEOUT = 10.0
+KILL_WAIT = 2.0  # a killed tool is reaped by then, or left behind
 # The variables the checks read, by name: collecting by prefix copied tokens such as
 # NVIDIA_API_KEY into reports. A check that needs another variable adds it here.
 ENV_NAMES = (
@@ -144,7 +145,10 @@ def run_tool(argv, timeout=TOOL_TIMEOUT):
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
+        # Bounded too: a tool stuck in the kernel (a hung NFS mount) dies only when it leaves
+        # it, and a child of the tool may hold the pipes open.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=KILL_WAIT)
         raise ToolError("timeout: %s did not answer within %.0f s" % (argv[0], timeout)) from None
     finally:
         with _children_lock:

@@ -126,7 +126,11 @@ class SrunStep:
                 elif (process := self.processes.get(cid)) is not None and process.host == node:
                     process._receive(kind, words[3] if len(words) > 3 else b"")
                 self.cond.notify_all()
-        self.popen.wait()
+        try:
+            self.popen.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            # Its output is closed, so nothing more can come through this step: end it.
+            self.cancel()
         self._stderr_reader.join(STOP_SECONDS)  # srun's last words say why it ended
         with self.cond:
             self.ended = True
@@ -263,7 +267,10 @@ class SrunStep:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(STOP_SECONDS)
+            # Not gone even then (stuck in the kernel): nothing more to do, and no reason to
+            # hold the caller.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(STOP_SECONDS)
         with self.cond:
             self.ended = True
             self.cond.notify_all()
