@@ -8,6 +8,7 @@ After every test no process of the job may remain on any node.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.netcluster import NetCluster
+from tests.support.netcluster import NetCluster, Node
 
 JOB = str(Path(__file__).resolve().parents[1] / "support" / "ddp_job.py")
 NODES = 3
@@ -114,6 +115,51 @@ def test_a_raising_rank_stops_the_job_everywhere_and_is_named(
     assert "RuntimeError: rank 2 fails on purpose" in done.stderr
     assert "done rank=" not in done.stdout  # nobody ran to the end
     wait_until_clean(cluster, run_id_of(done.stderr))
+
+
+def rank_process(node: Node, rank: int) -> int | None:
+    """The pid of a rank on a node: the job's process whose environment torchrun gave RANK
+    (torchrun's own process, which also names the script, has none)."""
+    for process in node.processes():
+        if "ddp_job.py" not in process.command or "torch.distributed.run" in process.command:
+            continue
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in environ:
+                return process.pid
+    return None
+
+
+def test_a_rank_killed_by_a_signal_is_named_and_every_other_rank_stopped(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """kill -9 of rank 2's process on node3, as the OOM killer would: the report names the
+    host, the rank and the signal, exits 128 + 9, and nothing of the job is left anywhere."""
+    argv = launch_argv(
+        inventory(cluster, tmp_path), "--no-check",
+        job=("--steps", "100000", "--step-seconds", "0.1"),
+    )  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    seen: set[str] = set()
+    for line in process.stdout:  # every rank trains before the kill
+        if " step " in f" {line.split(': ', 1)[-1]}":
+            seen.add(line.split(":", 1)[0])
+        if len(seen) == NODES:
+            break
+    assert seen == {"node1/0", "node2/1", "node3/2"}
+    node3 = cluster.nodes[2]
+    victim = rank_process(node3, 2)
+    assert victim is not None, [p.command for p in node3.processes()]
+    node3.exec(["kill", "-9", str(victim)], check=True)
+    killed = time.monotonic()
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGKILL, stderr[-3000:]
+    assert "job failed" in stderr
+    assert "rank 2 on node3 was killed by SIGKILL" in stderr, stderr[-3000:]
+    assert "done rank=" not in stdout  # the others were stopped, not run to their end
+    assert time.monotonic() - killed < 60  # failure grace + stop grace, on a busy machine
+    wait_until_clean(cluster, run_id_of(stderr))
 
 
 @pytest.mark.parametrize("stacks", ["py-spy", "faulthandler"])
