@@ -49,7 +49,7 @@ FIREWALL_TOOLS = (
 )
 FIREWALL_TEXT_CAP = 1024 * 1024
 TCP_LISTEN_STATE = "0A"
-PEER_SECONDS = 2.0  # how long a listener gives one accepted peer to handshake and close
+PEER_SLACK = 1.0  # a listener gives an accepted peer its connect timeout plus this
 CONNECT_WORKERS = 32  # connects in flight at once per node, whatever the cluster size
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
@@ -349,8 +349,11 @@ class Peer:
 class Listener:
     """One planned listening port: accepts, answers the handshake, records who came."""
 
-    def __init__(self, port, role, name):
+    def __init__(self, port, role, name, peer_seconds):
         self.port, self.role, self.name = port, role, name
+        # Longer than a connecting peer waits for our answer: a peer starved of CPU between
+        # its connect and its handshake line must not be cut off and look like a stranger.
+        self.peer_seconds = peer_seconds
         self.seen = set()
         self.sock: socket.socket | None = None
         self.state = "ok"
@@ -413,7 +416,7 @@ class Listener:
                     if fd == self.sock.fileno():
                         conn = self._accept()
                         if conn is not None:
-                            peers[conn.fileno()] = Peer(conn, now + PEER_SECONDS)
+                            peers[conn.fileno()] = Peer(conn, now + self.peer_seconds)
                             poller.register(conn, select.POLLIN)
                     elif fd in peers and not self._serve_peer(peers[fd]):
                         drop(fd)
@@ -485,8 +488,10 @@ CONNECT_ERRORS = {
 }
 
 
-def connect_once(target, source, timeout, name):
-    """One bounded connect plus the handshake; returns (result, detail)."""
+def connect_once(target, source, timeout, name, handshake_timeout):
+    """One bounded connect plus the handshake; returns (result, detail). The handshake has
+    its own bound: once connected the peer is known reachable, and a connect squeezed to the
+    end of the window must not turn a slow answer into a stranger on the port."""
     address = target["address"]
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -504,6 +509,7 @@ def connect_once(target, source, timeout, name):
         except OSError as error:
             kind = CONNECT_ERRORS.get(error.errno or 0, "error")
             return kind, error.strerror or str(error)
+        sock.settimeout(handshake_timeout)
         try:
             sock.sendall(HANDSHAKE + b" " + name.encode() + b"\n")
             reply = read_line(sock).split()
@@ -518,10 +524,10 @@ def connect_once(target, source, timeout, name):
         sock.close()
 
 
-def probe_target(target, source, name, budget):
+def probe_target(target, source, name, budget, handshake_timeout):
     """One bounded connect; every peer listens already, so its first answer is final."""
     started = time.monotonic()
-    result, detail = connect_once(target, source, budget, name)
+    result, detail = connect_once(target, source, budget, name, handshake_timeout)
     outcome = dict(target)
     outcome.update(result=result, detail=detail, seconds=round(time.monotonic() - started, 3))
     return outcome
@@ -536,8 +542,10 @@ class Mesh:
     def __init__(self, plan):
         self.plan = plan
         self.name = plan["name"]
+        peer_seconds = float(plan.get("connect_timeout", 3.0)) + PEER_SLACK
         self.listeners = [
-            Listener(int(item["port"]), item["role"], self.name) for item in plan["listen"]
+            Listener(int(item["port"]), item["role"], self.name, peer_seconds)
+            for item in plan["listen"]
         ]
         self.done = threading.Event()
         self.servers = []
@@ -577,7 +585,7 @@ class Mesh:
                     return
                 index, target = item
                 budget = max(0.2, min(connect_timeout, window_end - time.monotonic()))
-                results[index] = probe_target(target, source, self.name, budget)
+                results[index] = probe_target(target, source, self.name, budget, connect_timeout)
 
         workers = []
         for _ in range(min(CONNECT_WORKERS, len(targets))):
