@@ -51,6 +51,7 @@ FIREWALL_TEXT_CAP = 1024 * 1024
 TCP_LISTEN_STATE = "0A"
 PEER_SLACK = 1.0  # a listener gives an accepted peer its connect timeout plus this
 CONNECT_WORKERS = 32  # connects in flight at once per node, whatever the cluster size
+LISTEN_BACKLOG = 4096  # connects a listener queues before accepting (the master: 2 per node)
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
@@ -372,7 +373,10 @@ class Listener:
                     sock.bind(("::", self.port))
                 else:
                     sock.bind(("0.0.0.0", self.port))
-                sock.listen(128)
+                # Every node connects to the master's ports at the same moment: 128 queued
+                # connects overflowed at 256 nodes (SYNs dropped, connects timing out) on a
+                # master busy answering. The kernel caps this at net.core.somaxconn.
+                sock.listen(LISTEN_BACKLOG)
                 sock.setblocking(False)
                 self.sock = sock
                 return

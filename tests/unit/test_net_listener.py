@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -206,3 +207,33 @@ def test_listeners_close_when_the_control_side_never_answers(
         assert mesh_round.reports.empty()
     finally:
         mesh_round.close()
+
+
+def test_a_busy_listener_queues_every_nodes_connect() -> None:
+    """At 256 nodes every node connects to the master's ports at once while it is still busy:
+    all of them must be queued by the kernel, not dropped (a SYN dropped for a full queue is
+    a connect that times out although nothing blocks it)."""
+    peers = 400  # past the 128 a listener queued before
+    listener = Listener(_free_port(), "rendezvous", "node1", peer_seconds=2.0)
+    listener.bind()
+    assert listener.state == "ok", listener.error
+    poller, clients = select.poll(), []
+    try:
+        for _ in range(peers):  # the listener does not accept yet: a master still busy
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", listener.port))
+            poller.register(client, select.POLLOUT)
+            clients.append(client)
+        connected: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(connected) < peers and time.monotonic() < deadline:
+            for fd, _event in poller.poll(100):
+                poller.unregister(fd)
+                connected.add(fd)
+        errors = [c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) for c in clients]
+        assert len(connected) == peers and not any(errors), f"{len(connected)} connected"
+    finally:
+        for client in clients:
+            client.close()
+        listener.close()
