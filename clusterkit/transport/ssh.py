@@ -239,6 +239,11 @@ def open_client(
         raise _classify(endpoint.host, where, error, deadline) from None
     finally:
         watchdog.cancel()
+    # Connected: a later Ctrl-C is SSHTransport.cancel's to handle (kill the remote groups
+    # first). The attempt stays registered for as long as this frame lives, which a reference
+    # cycle can stretch until the garbage collector runs; its cancel must not then close the
+    # live connection's socket under the commands whose groups are still to be killed.
+    attempt.sock = None
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(15)

@@ -16,9 +16,11 @@ import pytest
 
 from clusterkit.errors import TransportError
 from clusterkit.inventory import load_inventory
+from clusterkit.transport import ssh
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
+from clusterkit.transport.pool import Cancellable, cancel_all, register_cancellable
 from tests.support.netcluster import NetCluster
 
 STATIC_ONLY = ["--skip", "network,bench,image"]
@@ -364,3 +366,29 @@ def test_sigterm_during_the_bench_exits_143_and_leaves_nothing(
     )
     # Nodes share this machine's /tmp: the run folders must be gone as well.
     assert set(Path("/tmp").glob("clusterkit-bench-*")) <= before
+
+
+def test_an_interrupt_leaves_every_connection_to_the_group_kill(
+    cluster: NetCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C cancels everything registered. A connect attempt can outlive its connect (a
+    reference cycle paramiko leaves when it caught an auth error keeps it until the garbage
+    collector runs; here a list keeps them all): its cancel must not close the connection's
+    socket, over which the remote process groups are then killed."""
+    kept: list[object] = []
+
+    def keep(item: Cancellable) -> None:
+        kept.append(item)
+        register_cancellable(item)
+
+    monkeypatch.setattr(ssh, "register_cancellable", keep)
+    inventory = load_inventory(cluster.inventory(tmp_path / "inv.yaml"))
+    connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
+    try:
+        cancel_all()
+        assert [item for item in kept if type(item).__name__ == "_ConnectAttempt"]
+        for name, transport in connections.transports.items():
+            client = transport._client.get_transport()  # type: ignore[attr-defined]
+            assert client is not None and client.sock.fileno() != -1, name
+    finally:
+        connections.close()
