@@ -1,8 +1,9 @@
 """Framed JSON between node-side scripts and the control side.
 
 Node scripts print their result between two markers, so a login banner, MOTD or a noisy
-shell profile around it cannot corrupt the result. Node scripts carry their own copy of
-`BEGIN`/`END` (they are shipped alone, stdlib only); these constants are the reference.
+shell profile around it cannot corrupt the result. They frame it with the node-side prelude
+(clusterkit/nodescript/prelude.py), whose `BEGIN`/`END` must equal these (a test holds them
+so); clusterkit/nodescript/run.py turns a missing or broken frame into its reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ class FrameError(ValueError):
     """No complete frame in the output: the script crashed, was killed, or never ran."""
 
 
+class NoFrame(FrameError):
+    """Not even the start of a frame: the script printed no result at all."""
+
+
 def encode(payload: Any) -> bytes:
     return BEGIN + json.dumps(payload, separators=(",", ":"), default=str).encode() + END
 
@@ -25,7 +30,7 @@ def encode(payload: Any) -> bytes:
 def decode(output: bytes) -> Any:
     start = output.rfind(BEGIN)
     if start < 0:
-        raise FrameError("no result frame in the output")
+        raise NoFrame("no result frame in the output")
     end = output.find(END, start + len(BEGIN))
     if end < 0:
         raise FrameError("result frame is cut short")

@@ -23,11 +23,13 @@ NODE_FILES = (
     "bench/worker.py",
     "launch/node.py",
     "slurm/relay.py",
+    "nodescript/prelude.py",
 )
 # Node scripts kept as a string constant inside a control-side module: (file, name).
 NODE_STRINGS = (("probe/shared.py", "NODE_SCRIPT"),)
 # Files that frame a result, with the names their markers go by.
 FRAMED = {
+    "nodescript/prelude.py": ("BEGIN", "END"),
     "probe/collector.py": ("BEGIN", "END"),
     "net/node.py": ("BEGIN", "END"),
     "image/node.py": ("BEGIN", "END"),

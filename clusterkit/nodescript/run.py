@@ -1,0 +1,136 @@
+"""Run a node script and turn what came back into its result, or the one reason there is none.
+
+The one place that knows how a node script fails: killed at its deadline, exited without a
+result (its interpreter missing, a crash), a frame cut short or not a JSON object, or the
+script's own error report (`{"error": ...}`). Stages word their findings from the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clusterkit import framing
+from clusterkit.errors import TransportError
+from clusterkit.transport.base import CommandResult, Deadline, Transport
+
+# How every node script starts: `python -S -c BOOTSTRAP LENGTH [ARGS]`, the script's text on
+# stdin. It reads exactly LENGTH bytes, so stdin stays open for a conversation that follows
+# (the network and launch stages talk to their script), and compiles them as one string,
+# which costs a node less CPU than `python -` (which tokenizes from the stream). -S: node
+# scripts are stdlib only (the probe adds site-packages itself), and skipping site saves
+# each node the cost of every .pth file.
+BOOTSTRAP = (
+    "import os,sys\n"
+    "n=int(sys.argv[1]);s=b''\n"
+    "while len(s)<n:\n"
+    " c=os.read(0,n-len(s))\n"
+    " if not c:sys.exit('clusterkit: the node script was cut short on stdin')\n"
+    " s+=c\n"
+    "del sys.argv[1]\n"
+    "exec(compile(s,'clusterkit-node-script','exec'))\n"
+)
+
+
+def script_argv(interpreter: str, script: bytes, args: Sequence[str]) -> list[str]:
+    """The argv that runs `script` (sent on stdin) with `args` on a node."""
+    return [interpreter, "-S", "-c", BOOTSTRAP, str(len(script)), *args]
+
+
+class ScriptFailure(Exception):
+    """A node script gave no usable result. `failure`: timeout; exit (a status other than 0
+    and no result); no-result (exit 0, no frame); broken (a frame cut short, not JSON, not an
+    object, or lost past the output cap); error (the script's own error report)."""
+
+    def __init__(self, failure: str, message: str) -> None:
+        super().__init__(message)
+        self.failure, self.message = failure, message
+
+
+class NodeScriptError(TransportError):
+    """A ScriptFailure on a host, for callers that handle a host's TransportError."""
+
+    def __init__(self, host: str, failure: ScriptFailure) -> None:
+        kind = "timeout" if failure.failure == "timeout" else "protocol"
+        super().__init__(host, kind, failure.message)
+        self.failure = failure.failure
+
+
+def decode_result(output: bytes, what: str, *, error_report: bool = True) -> dict[str, Any]:
+    """The object in the last frame of `output`. ScriptFailure when there is no frame, it is
+    broken, or (with `error_report`) it is the script's own `{"error": ...}`."""
+    try:
+        payload = framing.decode(output)
+    except framing.NoFrame:
+        raise ScriptFailure("no-result", f"{what} ended without a result") from None
+    except framing.FrameError as error:
+        raise ScriptFailure("broken", f"{what} sent a broken result: {error}") from None
+    return _accepted(payload, what, error_report)
+
+
+def _accepted(payload: Any, what: str, error_report: bool) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise ScriptFailure("broken", f"{what} sent a result that is not an object")
+    if error_report and payload.get("error"):
+        raise ScriptFailure("error", str(payload["error"]))
+    return payload
+
+
+def failure_of(
+    result: CommandResult,
+    what: str,
+    *,
+    interpreter: str | None = None,
+    frame: framing.FrameError | None = None,
+) -> ScriptFailure:
+    """Why a script that ended (or was killed) left no result: `frame` is what decoding
+    its output said, if that was tried."""
+    code = result.exit_code
+    if result.timed_out or code is None:
+        return ScriptFailure("timeout", f"{what} did not finish in time (killed at the deadline)")
+    tail = result.stderr_tail()
+    if code == 127 and interpreter:
+        detail = f"{interpreter} not found on the node (set ansible_python_interpreter)"
+        return ScriptFailure("exit", f"{what} failed (exit 127): {detail}")
+    if code != 0:
+        detail = tail or (f"killed by signal {-code}" if code < 0 else "nothing on stderr")
+        return ScriptFailure("exit", f"{what} failed (exit {code}): {detail}")
+    if result.truncated:
+        return ScriptFailure("broken", f"{what} printed more than the output cap; result lost")
+    if frame is not None and not isinstance(frame, framing.NoFrame):
+        return ScriptFailure("broken", f"{what} sent a broken result: {frame}")
+    ended = f"{what} ended without a result"
+    return ScriptFailure("no-result", f"{ended}: {tail}" if tail else ended)
+
+
+def read_result(
+    result: CommandResult, what: str, *, interpreter: str | None = None, error_report: bool = True
+) -> dict[str, Any]:
+    """The result object of a finished run, or ScriptFailure with the reason."""
+    if result.timed_out:
+        raise failure_of(result, what)
+    try:
+        payload = framing.decode(result.stdout)
+    except framing.FrameError as error:
+        raise failure_of(result, what, interpreter=interpreter, frame=error) from None
+    return _accepted(payload, what, error_report)
+
+
+def run_node_script(
+    transport: Transport,
+    script: str,
+    args: Sequence[str],
+    *,
+    interpreter: str,
+    deadline: Deadline,
+    what: str,
+    error_report: bool = True,
+) -> dict[str, Any]:
+    """Run a composed node script (compose.py) behind BOOTSTRAP, bounded by `deadline`; its
+    result object, or NodeScriptError naming the host and why."""
+    data = script.encode()
+    result = transport.run(script_argv(interpreter, data, args), stdin=data, deadline=deadline)
+    try:
+        return read_result(result, what, interpreter=interpreter, error_report=error_report)
+    except ScriptFailure as failure:
+        raise NodeScriptError(transport.host, failure) from None

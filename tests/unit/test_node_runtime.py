@@ -1,0 +1,240 @@
+"""The node-side runtime (nodescript/prelude.py) and the control side's one way to run a node
+script and say why it gave no result (nodescript/run.py), on real processes of this machine."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from clusterkit import framing
+from clusterkit.errors import TransportError
+from clusterkit.nodescript import prelude
+from clusterkit.nodescript.compose import compose
+from clusterkit.nodescript.prelude import ToolError, find_tool, read_interfaces, run_tool
+from clusterkit.nodescript.run import (
+    NodeScriptError,
+    ScriptFailure,
+    decode_result,
+    failure_of,
+    run_node_script,
+    script_argv,
+)
+from clusterkit.transport.base import CommandResult, Deadline
+from clusterkit.transport.local import LocalTransport
+
+USES_PRELUDE = "import sys, time\nfrom clusterkit.nodescript.prelude import emit\n"
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    give_up = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < give_up, what
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# --- the prelude --------------------------------------------------------------------------
+
+
+def test_run_tool_kills_the_tool_and_its_children_at_the_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"timeout: sh did not answer within 0.5 s") as caught:
+        run_tool(["sh", "-c", f"sleep 60 & echo $! > {pid_file}; sleep 60"], 0.5)
+    assert caught.value.kind == "timeout"
+    assert time.monotonic() - started < 10
+    child = int(pid_file.read_text())
+    wait_for(lambda: gone(child), 20, "the tool's own child outlived the timeout")
+
+
+def test_run_tool_reports_absent_and_failing_tools() -> None:
+    with pytest.raises(ToolError, match="absent: no-such-tool-xyz not found") as absent:
+        run_tool(["no-such-tool-xyz"], 5)
+    assert absent.value.kind == "absent"
+    with pytest.raises(ToolError, match="sh exited 3: boom") as failed:
+        run_tool(["sh", "-c", "echo boom; exit 3"], 5)
+    assert failed.value.kind == "failed"
+    with pytest.raises(ToolError, match="sh exited 2: on stderr"):
+        run_tool(["sh", "-c", "echo on stdout; echo on stderr >&2; exit 2"], 5)
+    assert run_tool(["sh", "-c", "echo fine"], 5) == "fine\n"
+
+
+def test_find_tool_looks_on_path_then_in_sbin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "tool").chmod(0o755)
+    (tmp_path / "data").write_text("")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'missing'}:{tmp_path}")
+    assert find_tool("tool") == str(tmp_path / "tool")
+    assert find_tool("data") is None and find_tool("no-such-tool") is None
+    assert find_tool(str(tmp_path / "tool")) == str(tmp_path / "tool")  # a path as it is
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    (sbin / "iptables-save").write_text("#!/bin/sh\n")
+    (sbin / "iptables-save").chmod(0o755)
+    monkeypatch.setattr(prelude, "SBIN_DIRS", (str(sbin),))
+    assert find_tool("iptables-save") == str(sbin / "iptables-save")  # not on PATH
+
+
+def test_read_interfaces_from_sysfs_and_ip() -> None:
+    interfaces, error = read_interfaces(10)
+    assert error is None
+    lo = next(item for item in interfaces if item["name"] == "lo")
+    assert lo["up"] is True and isinstance(lo["mtu"], int) and "LOOPBACK" in lo["flags"]
+    assert {"family": "inet", "address": "127.0.0.1", "prefixlen": 8} in lo["addresses"]
+    assert [item["name"] for item in interfaces] == sorted(item["name"] for item in interfaces)
+
+
+def test_read_interfaces_without_ip_keeps_sysfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(prelude, "SBIN_DIRS", ())
+    interfaces, error = read_interfaces(10)
+    assert error == "absent: ip not found"
+    lo = next(item for item in interfaces if item["name"] == "lo")
+    assert lo["up"] is True and lo["flags"] is None and lo["addresses"] == []
+
+
+def test_a_signal_takes_the_tools_down_with_the_script(tmp_path: Path) -> None:
+    """TERM to the script (the control side's kill of its group) kills the tools, which lead
+    groups of their own, and the script exits 143 at once."""
+    pid_file = tmp_path / "tool.pid"
+    script = tmp_path / "script.py"
+    script.write_text(
+        compose(
+            "import threading, time\n"
+            "from clusterkit.nodescript.prelude import run_tool, stop_tools_on_signals\n"
+            "stop_tools_on_signals()\n"
+            f"argv = ['sh', '-c', 'echo $$ > {pid_file}; exec sleep 300']\n"
+            "threading.Thread(target=run_tool, args=(argv, 300), daemon=True).start()\n"
+            "time.sleep(300)\n"
+        )
+    )
+    process = subprocess.Popen([sys.executable, "-S", str(script)])
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "", 30, "no tool")
+        tool = int(pid_file.read_text())
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 143
+        wait_for(lambda: gone(tool), 20, "the tool outlived the script")
+    finally:
+        process.kill()
+        process.wait()
+
+
+# --- running a node script: its result or the one reason ----------------------------------
+
+
+def run_script(text: str, *args: str, seconds: float = 30, **options) -> dict:
+    return run_node_script(
+        LocalTransport("node1"),
+        compose(USES_PRELUDE + text),
+        list(args),
+        interpreter=options.pop("interpreter", sys.executable),
+        deadline=Deadline.after(seconds),
+        what="the test script",
+        **options,
+    )
+
+
+def failure(text: str, **options) -> NodeScriptError:
+    with pytest.raises(NodeScriptError) as caught:
+        run_script(text, **options)
+    assert isinstance(caught.value, TransportError) and caught.value.host == "node1"
+    return caught.value
+
+
+def test_the_result_comes_back_through_noise_with_the_arguments() -> None:
+    text = "print('a banner')\nemit({'args': sys.argv[1:], 'main': __name__})\nprint('after')\n"
+    assert run_script(text, '{"a": 1}', "two") == {"args": ['{"a": 1}', "two"], "main": "__main__"}
+
+
+def test_a_script_killed_at_the_deadline_is_a_timeout() -> None:
+    error = failure("time.sleep(60)\n", seconds=1.5)
+    assert (error.failure, error.kind) == ("timeout", "timeout")
+    assert "the test script did not finish in time (killed at the deadline)" in error.detail
+
+
+def test_an_exit_without_a_result_names_the_status_and_stderr() -> None:
+    error = failure("sys.stderr.write('disk full\\n')\nsys.exit(4)\n")
+    assert (error.failure, error.kind) == ("exit", "protocol")
+    assert error.detail == "the test script failed (exit 4): disk full"
+
+
+def test_a_missing_interpreter_is_named() -> None:
+    error = failure("emit({})\n", interpreter="/opt/nowhere/python3")
+    assert error.detail == (
+        "the test script failed (exit 127): /opt/nowhere/python3 not found on the node "
+        "(set ansible_python_interpreter)"
+    )
+
+
+def test_exit_0_without_a_frame_is_no_result() -> None:
+    error = failure("print('only chatter')\n")
+    assert error.failure == "no-result"
+    assert error.detail == "the test script ended without a result"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("sys.stdout.write('\\n--clusterkit-begin--\\n{\"a\": ')\n", "result frame is cut short"),
+        ("print('\\n--clusterkit-begin--\\nnot json\\n--clusterkit-end--')\n", "is not JSON"),
+        ("emit([1, 2])\n", "a result that is not an object"),
+    ],
+)
+def test_a_broken_frame_is_named(text: str, reason: str) -> None:
+    error = failure(text)
+    assert error.failure == "broken" and reason in error.detail
+
+
+def test_the_scripts_own_error_report_is_its_message() -> None:
+    error = failure("emit({'error': 'no permission to read /etc/shadow'})\nsys.exit(1)\n")
+    assert (error.failure, error.detail) == ("error", "no permission to read /etc/shadow")
+    # where "error" is one of the facts (the image check), the payload comes back as it is
+    kept = run_script("emit({'error': 'half done', 'present': True})\n", error_report=False)
+    assert kept == {"error": "half done", "present": True}
+
+
+def test_the_bootstrap_refuses_a_script_cut_short_on_stdin() -> None:
+    data = compose(USES_PRELUDE + "emit({})\n").encode()
+    argv = script_argv(sys.executable, data + b"# more than was sent", [])
+    result = LocalTransport("node1").run(argv, stdin=data, deadline=Deadline.after(30))
+    assert result.exit_code == 1 and b"cut short on stdin" in result.stderr
+    assert failure_of(result, "x").message == (
+        "x failed (exit 1): clusterkit: the node script was cut short on stdin"
+    )
+
+
+def test_failure_of_a_finished_conversation() -> None:
+    """The network stage's steps: a report read up to END, or why the process ended."""
+    assert decode_result(b"motd" + framing.encode({"phase": "facts"}), "facts step") == {
+        "phase": "facts"
+    }
+    with pytest.raises(ScriptFailure, match=r"^network stage failed on the node: boom$"):
+        decode_result(framing.encode({"error": "network stage failed on the node: boom"}), "x")
+    ended = CommandResult("n", 0, b"", b"")
+    assert failure_of(ended, "mesh step").message == "mesh step ended without a result"
+    killed = CommandResult("n", -9, b"", b"")
+    assert (
+        failure_of(killed, "bound step").message
+        == "bound step failed (exit -9): killed by signal 9"
+    )
+    lost = CommandResult("n", 0, b"x" * 10, b"", truncated=True)
+    assert failure_of(lost, "x").failure == "broken"
