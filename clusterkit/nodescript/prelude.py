@@ -22,6 +22,7 @@ BEGIN = b"\n--clusterkit-begin--\n"
 END = b"\n--clusterkit-end--\n"
 # Tools such as ip and iptables-save live in sbin, which a non-login SSH session's PATH lacks.
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+KILL_WAIT = 2.0  # a tool killed at its timeout is reaped by then, or left behind
 
 _emit_lock = threading.Lock()
 # Running tools by pid (each leads its own process group), so a signal to the script can
@@ -135,8 +136,10 @@ def run_bounded(argv, timeout):
         return process.returncode, out, err
     except subprocess.TimeoutExpired:
         kill_group(process.pid)
-        try:  # what it printed so far; a stray holding the pipes open is not waited for
-            out, err = process.communicate(timeout=1)
+        # Bounded too: a tool stuck in the kernel (a hung NFS mount) dies only when it leaves
+        # it, and a child that left the group may hold the pipes open.
+        try:
+            out, err = process.communicate(timeout=KILL_WAIT)
         except subprocess.TimeoutExpired:
             out, err = b"", b""
         return None, out, err

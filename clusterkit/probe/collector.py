@@ -1,31 +1,36 @@
-"""clusterkit node probe: runs ON each node, sent over stdin as `<python> - [JSON options]`.
+"""clusterkit node probe: runs ON each node, sent over stdin (clusterkit/nodescript/run.py).
 
 Stdlib only, Python 3.8+, and cheap to start: it runs once per node per check, so modules
 that cost milliseconds to import (shutil, platform, ctypes.util, importlib.metadata) are
 replaced by the few lines the probe needs from them. Every collector runs in its own thread
 with its own timeout, so a wedged tool (nvidia-smi on a hung driver, a stuck docker daemon)
-costs its timeout and an error entry, never the whole probe. The result is printed between
-markers so a login banner or a noisy shell profile cannot corrupt it.
+costs its timeout and an error entry, never the whole probe. Tools, result frame and file
+and interface readers come from the node-side prelude, whose text replaces the import below
+before the probe is sent (clusterkit/nodescript/compose.py).
 """
 
-import contextlib
 import ctypes
 import json
 import os
 import re
 import resource
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 
-BEGIN = "\n--clusterkit-begin--\n"
-END = "\n--clusterkit-end--\n"
+from clusterkit.nodescript.prelude import (
+    ToolError,
+    emit,
+    find_tool,
+    read_interfaces,
+    read_text,
+    run_tool,
+    stop_tools_on_signals,
+)
+
 PROBE_VERSION = 1
 TOOL_TIMEOUT = 10.0
-KILL_WAIT = 2.0  # a killed tool is reaped by then, or left behind
 # The variables the checks read, by name: collecting by prefix copied tokens such as
 # NVIDIA_API_KEY into reports. A check that needs another variable adds it here.
 ENV_NAMES = (
@@ -69,115 +74,17 @@ GPU_FIELDS = (
 )
 
 
-class ToolError(Exception):
-    """A tool failed, was missing, or did not answer in time (message says which)."""
-
-
-# Tools run in process groups of their own (so a timeout kills a tool's children too); when
-# the probe itself is told to stop, it must take them down with it.
-_children = set()  # type: set[int]
-_children_lock = threading.Lock()
-_stopping = False
-
-
-def _direct_children():
-    """Our children from /proc: catches a tool forked but not yet registered by Popen."""
-    me = str(os.getpid())
-    found = set()
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            stat = read("/proc/%s/stat" % entry) or ""
-            fields = stat.rsplit(")", 1)[-1].split()
-            if len(fields) > 1 and fields[1] == me:
-                found.add(int(entry))
-    return found
-
-
-def kill_children_and_exit(signum, frame):
-    global _stopping
-    # A group kill signals us twice (directly, and again through `timeout`): a second entry
-    # would wait out the lock the first one holds, so later signals are ignored from here.
-    for other in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(other, signal.SIG_IGN)
-    # Runs in the main thread, which never holds the lock; a worker holds it only to spawn.
-    _children_lock.acquire(timeout=2)
-    _stopping = True
-    # Registered tools first (fast), then any child /proc shows (slow on a busy machine).
-    for victims in (lambda: set(_children), _direct_children):
-        for pid in victims():
-            # The group takes the tool's own children; the pid covers a child caught between
-            # fork and setsid, which is not yet the leader of the group we would signal.
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(OSError):
-                    kill(pid, signal.SIGKILL)
-    os._exit(128 + signum)
-
-
-def which(name):
-    """shutil.which for a bare command name, without importing shutil (and its codecs)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def run_tool(argv, timeout=TOOL_TIMEOUT):
-    """Run a tool with a timeout. Tools stay in the probe's process group, so the control
-    side's kill of that group (deadline, Ctrl-C) takes every tool down with the probe."""
-    if which(argv[0]) is None:
-        raise ToolError("absent: %s not found on PATH" % argv[0])
-    # Spawn and register under the lock the stop handler takes: no tool starts after it looked.
-    with _children_lock:
-        if _stopping:
-            raise ToolError("stopping: %s not started" % argv[0])
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        except OSError as error:
-            raise ToolError("%s: %s" % (argv[0], error)) from None
-        _children.add(proc.pid)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        # Bounded too: a tool stuck in the kernel (a hung NFS mount) dies only when it leaves
-        # it, and a child of the tool may hold the pipes open.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=KILL_WAIT)
-        raise ToolError("timeout: %s did not answer within %.0f s" % (argv[0], timeout)) from None
-    finally:
-        with _children_lock:
-            _children.discard(proc.pid)
-    if proc.returncode != 0:
-        text = (out + err).decode("utf-8", "replace").strip().splitlines()
-        raise ToolError("%s exited %d: %s" % (argv[0], proc.returncode, " ".join(text[-2:])[:300]))
-    return out.decode("utf-8", "replace")
-
-
-def read(path, default=None):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return default
-
-
 # -- collectors ------------------------------------------------------------------------------
 
 
 def collect_system(options):
     os_release = {}
-    for line in (read("/etc/os-release") or "").splitlines():
+    for line in (read_text("/etc/os-release") or "").splitlines():
         key, _, value = line.partition("=")
         os_release[key] = value.strip('"')
-    meminfo = read("/proc/meminfo") or ""
+    meminfo = read_text("/proc/meminfo") or ""
     match = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
-    cpu_model = re.search(r"model name\s*:\s*(.+)", read("/proc/cpuinfo") or "")
+    cpu_model = re.search(r"model name\s*:\s*(.+)", read_text("/proc/cpuinfo") or "")
     uname = os.uname()
     return {
         "os": os_release.get("PRETTY_NAME") or "%s %s" % (uname.sysname, uname.release),
@@ -186,7 +93,7 @@ def collect_system(options):
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model.group(1).strip() if cpu_model else None,
         "memory_bytes": int(match.group(1)) * 1024 if match else None,
-        "boot_id": read("/proc/sys/kernel/random/boot_id"),
+        "boot_id": read_text("/proc/sys/kernel/random/boot_id"),
     }
 
 
@@ -246,16 +153,17 @@ def parse_banner(text):
 
 
 def collect_gpus(options):
-    if which("nvidia-smi") is None:
+    if find_tool("nvidia-smi") is None:
         return {"present": False, "count": 0, "devices": [], "reason": "nvidia-smi not found"}
     query = "--query-gpu=" + ",".join(GPU_FIELDS)
     results = {}
 
     def query_devices():
-        results["csv"] = run_tool(["nvidia-smi", query, "--format=csv,noheader,nounits"])
+        argv = ["nvidia-smi", query, "--format=csv,noheader,nounits"]
+        results["csv"] = run_tool(argv, TOOL_TIMEOUT)
 
     def query_banner():
-        results["banner"] = run_tool(["nvidia-smi"])
+        results["banner"] = run_tool(["nvidia-smi"], TOOL_TIMEOUT)
 
     errors = run_parallel({"csv": query_devices, "banner": query_banner}, TOOL_TIMEOUT + 2)
     if errors:
@@ -298,9 +206,11 @@ def parse_compute_apps(text):
 
 
 def collect_gpu_processes(options):
-    if which("nvidia-smi") is None:
+    if find_tool("nvidia-smi") is None:
         return {"processes": [], "reason": "nvidia-smi not found"}
-    text = run_tool(["nvidia-smi", COMPUTE_APPS_QUERY, "--format=csv,noheader,nounits"])
+    text = run_tool(
+        ["nvidia-smi", COMPUTE_APPS_QUERY, "--format=csv,noheader,nounits"], TOOL_TIMEOUT
+    )
     return {"processes": parse_compute_apps(text)}
 
 
@@ -325,9 +235,9 @@ def parse_nvlink_status(text):
 
 
 def collect_nvlink(options):
-    if which("nvidia-smi") is None:
+    if find_tool("nvidia-smi") is None:
         return {"gpus": [], "reason": "nvidia-smi not found"}
-    gpus = parse_nvlink_status(run_tool(["nvidia-smi", "nvlink", "--status"]))
+    gpus = parse_nvlink_status(run_tool(["nvidia-smi", "nvlink", "--status"], TOOL_TIMEOUT))
     active = [sum(1 for speed in gpu["links"] if speed) for gpu in gpus]
     return {
         "gpus": gpus,
@@ -375,7 +285,7 @@ def _venv_prefixes():
     in, found as site.venv() finds it; (None, True) outside a virtualenv."""
     executable = os.path.dirname(os.path.abspath(sys.executable))
     for folder in (executable, os.path.dirname(executable)):
-        config = read(os.path.join(folder, "pyvenv.cfg"))
+        config = read_text(os.path.join(folder, "pyvenv.cfg"))
         if config is None:
             continue
         system_site = re.search(
@@ -402,7 +312,7 @@ def _torch_files():
         spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
         return None
-    text = read(os.path.join(os.path.dirname(spec.origin), "version.py")) or ""
+    text = read_text(os.path.join(os.path.dirname(spec.origin), "version.py")) or ""
     facts = {"path": os.path.dirname(spec.origin)}  # type: dict[str, str | None]
     for key, name in (("version", "__version__"), ("cuda", "cuda"), ("hip", "hip")):
         match = re.search(r"^%s\s*(?::\s*[^=]+)?=\s*(.+)$" % re.escape(name), text, re.M)
@@ -482,10 +392,10 @@ CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
 
 def collect_docker(options):
     facts = {
-        "docker": which("docker"),
-        "nvidia_container_runtime": which("nvidia-container-runtime"),
-        "nvidia_ctk": which("nvidia-ctk"),
-    }
+        "docker": find_tool("docker"),
+        "nvidia_container_runtime": find_tool("nvidia-container-runtime"),
+        "nvidia_ctk": find_tool("nvidia-ctk"),
+    }  # type: dict[str, object]
     if facts["nvidia_ctk"]:  # only where the toolkit is installed: GPU nodes
         # "NVIDIA Container Toolkit CLI version 1.14.6" (then a commit line)
         try:
@@ -493,7 +403,7 @@ def collect_docker(options):
             facts["nvidia_ctk_version"] = match.group(1) if match else None
         except ToolError as error:
             facts["nvidia_ctk_error"] = str(error)[:200]
-    daemon = read("/etc/docker/daemon.json")
+    daemon = read_text("/etc/docker/daemon.json")
     if daemon:
         try:
             facts["runtimes"] = sorted(json.loads(daemon).get("runtimes", {}))
@@ -503,28 +413,18 @@ def collect_docker(options):
 
 
 def collect_network(options):
-    interfaces = {}
-    base = "/sys/class/net"
-    names = sorted(os.listdir(base)) if os.path.isdir(base) else []
-    for name in names:
-        mtu = read(os.path.join(base, name, "mtu"))
-        interfaces[name] = {
-            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
-            "state": read(os.path.join(base, name, "operstate")),
-            "addresses": [],
+    """Per interface: MTU, operstate, ip's flags and addresses as "address/prefixlen"."""
+    interfaces = {}  # type: dict[str, dict]
+    listed, error = read_interfaces(5)
+    for entry in listed:
+        iface = interfaces[entry["name"]] = {
+            "mtu": entry["mtu"],
+            "state": entry["operstate"],
+            "addresses": ["%s/%s" % (a["address"], a["prefixlen"]) for a in entry["addresses"]],
         }
-    try:
-        for entry in json.loads(run_tool(["ip", "-j", "addr", "show"], 5)):
-            iface = interfaces.setdefault(entry.get("ifname"), {"addresses": []})
-            iface["flags"] = entry.get("flags", [])
-            iface["addresses"] = [
-                "%s/%s" % (a.get("local"), a.get("prefixlen"))
-                for a in entry.get("addr_info", [])
-                if a.get("local")
-            ]
-    except (ToolError, ValueError) as error:
-        return {"interfaces": interfaces, "error": str(error)}
-    return {"interfaces": interfaces}
+        if entry["flags"] is not None:
+            iface["flags"] = entry["flags"]
+    return {"interfaces": interfaces, "error": error} if error else {"interfaces": interfaces}
 
 
 def collect_limits(options):
@@ -604,14 +504,14 @@ def collect_infiniband(options):
         ports_dir = os.path.join(base, name, "ports")
         for port in sorted(os.listdir(ports_dir)) if os.path.isdir(ports_dir) else []:
             path = os.path.join(ports_dir, port)
-            rate = read(os.path.join(path, "rate")) or ""
+            rate = read_text(os.path.join(path, "rate")) or ""
             match = re.match(r"([\d.]+) Gb/sec", rate)
             ports.append(
                 {
                     "port": port,
-                    "state": (read(os.path.join(path, "state")) or "").split(":")[-1].strip(),
+                    "state": (read_text(os.path.join(path, "state")) or "").split(":")[-1].strip(),
                     "rate_gbps": float(match.group(1)) if match else None,
-                    "link_layer": read(os.path.join(path, "link_layer")),
+                    "link_layer": read_text(os.path.join(path, "link_layer")),
                 }
             )
         devices.append({"name": name, "ports": ports})
@@ -621,7 +521,7 @@ def collect_infiniband(options):
 def collect_memory(options):
     """Host memory: total and what new processes can still get (MemAvailable)."""
     values = {}
-    for line in (read("/proc/meminfo") or "").splitlines():
+    for line in (read_text("/proc/meminfo") or "").splitlines():
         name, _, rest = line.partition(":")
         if name in ("MemTotal", "MemAvailable") and rest.split():
             values[name] = int(rest.split()[0]) * 1024
@@ -695,12 +595,9 @@ def probe(options):
 
 
 def main(argv):
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, kill_children_and_exit)
+    stop_tools_on_signals()
     options = json.loads(argv[1]) if len(argv) > 1 else {}
-    result = probe(options)
-    sys.stdout.write(BEGIN + json.dumps(result, separators=(",", ":"), default=str) + END)
-    sys.stdout.flush()
+    emit(probe(options))
     # Daemon threads still blocked on a wedged tool must not keep the process alive.
     os._exit(0)
 

@@ -6,22 +6,17 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
-from clusterkit import framing
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
+from clusterkit.nodescript.compose import node_script
+from clusterkit.nodescript.run import NodeScriptError, ScriptFailure, run_node_script
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.pool import parallel
 
 DEFAULT_INTERPRETER = "python3"
-
-
-@cache
-def collector_source() -> bytes:
-    return resources.files("clusterkit.probe").joinpath("collector.py").read_bytes()
+COLLECTOR = "clusterkit.probe.collector"
 
 
 @dataclass
@@ -38,21 +33,20 @@ def probe_host(
     transport: Transport, interpreter: str, options: dict[str, Any], deadline: Deadline
 ) -> dict[str, Any]:
     """Run the collector on one host; raise TransportError with the reason when it fails."""
-    # -S: skip .pth processing at start-up; the collector adds site-packages itself.
-    argv = [interpreter, "-S", "-", json.dumps(options, separators=(",", ":"))]
-    result = transport.run(argv, stdin=collector_source(), deadline=deadline)
-    if result.timed_out:
-        raise TransportError(
-            transport.host, "timeout", "the probe did not finish before the deadline (killed)"
-        )
-    try:
-        payload = framing.decode(result.stdout)
-    except framing.FrameError as error:
-        detail = result.stderr_tail() or f"exit status {result.exit_code}"
-        if result.exit_code == 127:
-            detail = f"{interpreter} not found on the node (set ansible_python_interpreter)"
-        raise TransportError(transport.host, "protocol", f"probe failed: {detail}") from error
-    return payload["facts"]
+    # run_node_script starts it with -S: the collector adds site-packages itself.
+    result = run_node_script(
+        transport,
+        node_script(COLLECTOR),
+        [json.dumps(options, separators=(",", ":"))],
+        interpreter=interpreter,
+        deadline=deadline,
+        what="the probe",
+    )
+    facts = result.get("facts")
+    if not isinstance(facts, dict):
+        failure = ScriptFailure("broken", "the probe sent a result without facts")
+        raise NodeScriptError(transport.host, failure)
+    return facts
 
 
 def probe_all(

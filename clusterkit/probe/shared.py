@@ -14,19 +14,22 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from clusterkit import framing
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
+from clusterkit.nodescript.compose import compose
+from clusterkit.nodescript.run import run_node_script
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.pool import parallel
 
 STAGE = "probe"
 LOW_FREE_BYTES = 10 * 1024**3  # a checkpoint of a large model needs far more than this
 TOKEN_FILE = ".clusterkit-shared-{token}"
-# Runs on the nodes as `python -S - JSON`: stdlib only, Python 3.8, one JSON frame out.
+# Runs on the nodes (run_node_script, with JSON arguments), composed with the node-side
+# prelude: stdlib only, Python 3.8, one JSON frame out.
 NODE_SCRIPT = r"""
 import json, os, sys
+from clusterkit.nodescript.prelude import emit
 args = json.loads(sys.argv[1])
 out = {}
 for path in args["paths"]:
@@ -55,22 +58,21 @@ for path in args["paths"]:
     except OSError:
         pass
     out[path] = entry
-sys.stdout.write("\n--clusterkit-begin--\n" + json.dumps(out) + "\n--clusterkit-end--\n")
+emit(out)
 """
 
 
 def _run(
     transport: Transport, interpreter: str, args: dict[str, Any], deadline: Deadline
 ) -> dict[str, Any]:
-    argv = [interpreter, "-S", "-", json.dumps(args, separators=(",", ":"))]
-    result = transport.run(argv, stdin=NODE_SCRIPT.encode(), deadline=deadline)
-    if result.timed_out:
-        raise TransportError(transport.host, "timeout", "no answer before the deadline (killed)")
-    try:
-        return framing.decode(result.stdout)
-    except framing.FrameError:
-        detail = result.stderr_tail() or f"exit status {result.exit_code}"
-        raise TransportError(transport.host, "protocol", detail) from None
+    return run_node_script(
+        transport,
+        compose(NODE_SCRIPT),
+        [json.dumps(args, separators=(",", ":"))],
+        interpreter=interpreter,
+        deadline=deadline,
+        what="the shared-paths script",
+    )
 
 
 def check_shared_paths(

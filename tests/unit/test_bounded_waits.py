@@ -17,7 +17,7 @@ import pytest
 
 from clusterkit.errors import TransportError
 from clusterkit.launch import node as launch_node
-from clusterkit.probe import collector
+from clusterkit.nodescript import prelude
 from clusterkit.transport import srun
 from clusterkit.transport.base import Deadline
 
@@ -87,9 +87,9 @@ def test_a_probe_tool_whose_child_holds_its_output_is_not_waited_for(tmp_path: P
     script = f"sleep 600 & echo $! > {pid_file}; exec sleep 600"
     started = time.monotonic()
     try:
-        with pytest.raises(collector.ToolError, match="timeout"):
-            collector.run_tool(["sh", "-c", script], timeout=0.5)
-        assert time.monotonic() - started < 0.5 + collector.KILL_WAIT + 3
+        with pytest.raises(prelude.ToolError, match="timeout"):
+            prelude.run_tool(["sh", "-c", script], timeout=0.5)
+        assert time.monotonic() - started < 0.5 + prelude.KILL_WAIT + 3
     finally:
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)

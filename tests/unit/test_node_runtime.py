@@ -3,6 +3,7 @@ script and say why it gave no result (nodescript/run.py), on real processes of t
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from clusterkit.nodescript.run import (
     run_node_script,
     script_argv,
 )
+from clusterkit.probe.runner import probe_host
 from clusterkit.transport.base import CommandResult, Deadline
 from clusterkit.transport.local import LocalTransport
 
@@ -238,3 +240,11 @@ def test_failure_of_a_finished_conversation() -> None:
     )
     lost = CommandResult("n", 0, b"x" * 10, b"", truncated=True)
     assert failure_of(lost, "x").failure == "broken"
+
+
+def test_the_probe_runs_through_run_node_script() -> None:
+    transport = LocalTransport("node1", env={**os.environ, "PATH": "/usr/bin:/bin"})
+    facts = probe_host(transport, "/usr/bin/python3", {}, Deadline.after(60))
+    assert facts["hostname"]["hostname"] and "lo" in facts["network"]["interfaces"]
+    with pytest.raises(TransportError, match="the probe failed \\(exit 127\\): /nowhere/py"):
+        probe_host(transport, "/nowhere/py", {}, Deadline.after(60))

@@ -1,40 +1,35 @@
 """The scripts clusterkit ships to nodes: valid for the oldest Python the nodes are promised
-(3.8, see the ruff per-file ignores), and framing their result with framing.py's markers.
-
-They are shipped alone over stdin (stdlib only), so each carries its own copy of the
-markers; this test is what keeps the copies equal to the reference."""
+(3.8, see the ruff per-file ignores), sharing one runtime (nodescript/prelude.py) whose
+markers are framing.py's, and composed into one stdlib-only text each."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 from clusterkit import framing
+from clusterkit.nodescript.compose import compose, node_script
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
 NODE_PYTHON = (3, 8)
-# Files run on nodes as a whole.
-NODE_FILES = (
-    "probe/collector.py",
-    "net/node.py",
-    "image/node.py",
-    "bench/worker.py",
-    "launch/node.py",
-    "slurm/relay.py",
-    "nodescript/prelude.py",
-)
+PRELUDE = "nodescript/prelude.py"
+# Scripts that run on nodes with the prelude in place of their import of it.
+COMPOSED = ("probe/collector.py",)
+# Not yet on the prelude.
+OWN_RUNTIME = ("launch/node.py", "slurm/relay.py")
 # Node scripts kept as a string constant inside a control-side module: (file, name).
 NODE_STRINGS = (("probe/shared.py", "NODE_SCRIPT"),)
-# Files that frame a result, with the names their markers go by.
-FRAMED = {
-    "nodescript/prelude.py": ("BEGIN", "END"),
-    "probe/collector.py": ("BEGIN", "END"),
+# Scripts that frame a result with markers of their own, and the names those go by: the
+# bench worker, which also runs alone under a user's own torchrun.
+OWN_MARKERS = {
+    "bench/worker.py": ("FRAME_BEGIN", "FRAME_END"),
     "net/node.py": ("BEGIN", "END"),
     "image/node.py": ("BEGIN", "END"),
-    "bench/worker.py": ("FRAME_BEGIN", "FRAME_END"),
 }
+NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS, *OWN_RUNTIME)
 
 
 def constants(tree: ast.Module) -> dict[str, object]:
@@ -48,35 +43,127 @@ def constants(tree: ast.Module) -> dict[str, object]:
     return found
 
 
-def as_bytes(value: object) -> bytes:
-    return value.encode() if isinstance(value, str) else value  # type: ignore[return-value]
+def defined(tree: ast.Module) -> set[str]:
+    """Names a module defines at its top level: functions, classes, assignments."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    """Top-level package of every import anywhere in the tree."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add((node.module or "").split(".")[0])
+    return found
+
+
+def prelude_imports(tree: ast.Module) -> list[str]:
+    return [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.nodescript.prelude"
+        for alias in node.names
+    ]
+
+
+def as_bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def source(name: str) -> str:
+    return (PACKAGE / name).read_text()
+
+
+def own_source(name: str) -> str:
+    """A node script's own text (a file, or file:CONSTANT)."""
+    file, _, constant = name.partition(":")
+    if not constant:
+        return source(file)
+    text = constants(ast.parse(source(file)))[constant]
+    assert isinstance(text, str)
+    return text
+
+
+def shipped(name: str) -> str:
+    """What a node is sent for the script."""
+    if ":" in name:
+        return compose(own_source(name))
+    return node_script("clusterkit." + name.removesuffix(".py").replace("/", "."))
+
+
+SCRIPTS = (*COMPOSED, *(f"{file}:{constant}" for file, constant in NODE_STRINGS))
+PRELUDE_TREE = ast.parse(source(PRELUDE))
 
 
 @pytest.mark.parametrize("name", NODE_FILES)
 def test_node_file_parses_as_python_3_8(name: str) -> None:
-    source = (PACKAGE / name).read_text()
-    ast.parse(source, filename=name, feature_version=NODE_PYTHON)
+    ast.parse(source(name), filename=name, feature_version=NODE_PYTHON)
 
 
-@pytest.mark.parametrize(("name", "constant"), NODE_STRINGS)
-def test_embedded_node_script_parses_as_python_3_8(name: str, constant: str) -> None:
-    script = constants(ast.parse((PACKAGE / name).read_text()))[constant]
-    assert isinstance(script, str)
-    tree = ast.parse(script, filename=f"{name}:{constant}", feature_version=NODE_PYTHON)
-    strings = {
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    }
-    assert framing.BEGIN.decode() in strings and framing.END.decode() in strings
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_shipped_script_is_one_stdlib_file_for_python_3_8(name: str) -> None:
+    """The composed text parses as 3.8, holds the prelude once, and imports no clusterkit."""
+    text = shipped(name)
+    tree = ast.parse(text, filename=name, feature_version=NODE_PYTHON)
+    assert text.count("\ndef run_tool(") == 1 and text.count("\nBEGIN = ") == 1
+    modules = imported_modules(tree)
+    assert modules <= sys.stdlib_module_names | {"__future__"}, modules - sys.stdlib_module_names
 
 
-@pytest.mark.parametrize(("name", "markers"), FRAMED.items())
-def test_frame_markers_match_framing(name: str, markers: tuple[str, str]) -> None:
-    values = constants(ast.parse((PACKAGE / name).read_text()))
-    begin, end = markers
-    assert as_bytes(values[begin]) == framing.BEGIN
-    assert as_bytes(values[end]) == framing.END
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_node_script_uses_the_prelude_and_keeps_no_copy_of_it(name: str) -> None:
+    """It imports from the prelude only what exists there, defines none of the prelude's
+    names (they share one namespace once composed) and carries no markers of its own."""
+    tree = ast.parse(own_source(name))
+    runtime = defined(PRELUDE_TREE)
+    wanted = prelude_imports(tree)
+    assert wanted and set(wanted) <= runtime
+    assert not defined(tree) & runtime, defined(tree) & runtime
+    assert not {"which", "read", "kill", "parent_of", "interfaces"} & defined(tree)
+    assert framing.BEGIN.strip().decode() not in own_source(name)
+
+
+def test_prelude_markers_match_framing() -> None:
+    values = constants(PRELUDE_TREE)
+    assert values["BEGIN"] == framing.BEGIN and values["END"] == framing.END
+
+
+def test_prelude_is_stdlib_only_and_insertable() -> None:
+    """Inserted mid-file, it may hold no `from __future__` (those must come first)."""
+    assert imported_modules(PRELUDE_TREE) <= sys.stdlib_module_names
+    assert not [n for n in ast.walk(PRELUDE_TREE) if isinstance(n, ast.ImportFrom)]
+
+
+@pytest.mark.parametrize(("name", "markers"), OWN_MARKERS.items())
+def test_own_markers_match_framing(name: str, markers: tuple[str, str]) -> None:
+    values = constants(ast.parse(source(name)))
+    begin, end = (values[marker] for marker in markers)
+    assert isinstance(begin, str | bytes) and isinstance(end, str | bytes)
+    assert as_bytes(begin) == framing.BEGIN and as_bytes(end) == framing.END
+
+
+def test_compose_wants_exactly_one_top_level_import() -> None:
+    line = "from clusterkit.nodescript.prelude import emit\n"
+    with pytest.raises(ValueError, match="not 0"):
+        compose("import os\n")
+    with pytest.raises(ValueError, match="not 2"):
+        compose(line + line)
+    with pytest.raises(ValueError, match="not 0"):  # inside a function: not composed
+        compose("def f():\n    " + line)
+    multi = "import os\n" + line.replace("emit", "(\n    emit,\n    run_tool,\n)") + "x = 1\n"
+    text = compose(multi)
+    assert "from clusterkit" not in text and "emit,\n" not in text
+    assert text.startswith("import os\n# --- ") and text.endswith("x = 1\n")
+    ast.parse(text)
 
 
 def test_modern_syntax_is_refused() -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from clusterkit.probe import collector
 from clusterkit.probe.collector import GPU_FIELDS, ToolError, parse_banner, parse_gpu_csv
+from tests.support.nodescripts import write_composed
 
 SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
-PROBE_DIR = Path(collector.__file__).parent
+COLLECTOR = "clusterkit.probe.collector"
 
 
 @pytest.mark.parametrize(
@@ -122,20 +122,6 @@ def test_gpu_csv_of_another_shape_is_rejected(fixture: str) -> None:
         parse_gpu_csv((SMI / fixture).read_text())
 
 
-def test_run_tool_kills_a_tool_at_its_timeout() -> None:
-    started = time.monotonic()
-    with pytest.raises(ToolError, match="timeout: sleep did not answer"):
-        collector.run_tool(["sleep", "30"], timeout=0.3)
-    assert time.monotonic() - started < 5
-
-
-def test_run_tool_reports_absent_and_failing_tools() -> None:
-    with pytest.raises(ToolError, match="absent: no-such-tool-xyz not found"):
-        collector.run_tool(["no-such-tool-xyz"])
-    with pytest.raises(ToolError, match="sh exited 3: boom"):
-        collector.run_tool(["sh", "-c", "echo boom; exit 3"])
-
-
 def _fake_torch(root: Path, version_py: str) -> None:
     package = root / "torch"
     package.mkdir()
@@ -144,7 +130,9 @@ def _fake_torch(root: Path, version_py: str) -> None:
 
 
 def _collect_torch(root: Path, options: dict, python: str = sys.executable) -> dict:
-    """collect_torch in a fresh interpreter that finds the fake torch first."""
+    """collect_torch in a fresh interpreter that finds the fake torch first, from the probe
+    as nodes get it (composed, no clusterkit on the path)."""
+    node = write_composed(COLLECTOR, root / "node").parent
     code = (
         "import json, sys; import collector; "
         f"print(json.dumps(collector.collect_torch({options!r})))"
@@ -152,7 +140,7 @@ def _collect_torch(root: Path, options: dict, python: str = sys.executable) -> d
     done = subprocess.run(
         [python, "-S", "-c", code],
         capture_output=True, text=True, timeout=60, check=True,
-        env={"PYTHONPATH": f"{root}:{PROBE_DIR}", "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": f"{root}:{node}", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     return json.loads(done.stdout)
 
@@ -229,17 +217,7 @@ def test_no_nccl_wheel_is_none(tmp_path: Path) -> None:
     assert collector._nccl_wheel([str(tmp_path), str(tmp_path / "missing")]) is None
 
 
-def test_which_finds_executables_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "tool").write_text("#!/bin/sh\n")
-    (tmp_path / "tool").chmod(0o755)
-    (tmp_path / "data").write_text("")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'missing'}:{tmp_path}")
-    assert collector.which("tool") == str(tmp_path / "tool")
-    assert collector.which("data") is None
-    assert collector.which("no-such-tool") is None
-
-
-def test_probe_imports_stay_light() -> None:
+def test_probe_imports_stay_light(tmp_path: Path) -> None:
     """The probe starts once per node per check: modules that cost milliseconds each to
     import (and shutil pulls in compression codecs) must not creep back in."""
     heavy = ("shutil", "platform", "ctypes.util", "importlib.metadata", "encodings.idna")
@@ -248,9 +226,10 @@ def test_probe_imports_stay_light() -> None:
         "collector.probe({})\n"
         f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
     )
+    node = write_composed(COLLECTOR, tmp_path).parent
     done = subprocess.run(
         [sys.executable, "-S", "-c", code],
         capture_output=True, text=True, timeout=60, check=True,
-        env={"PYTHONPATH": str(PROBE_DIR), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(node), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert json.loads(done.stdout.splitlines()[-1]) == []

@@ -6,14 +6,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from clusterkit import framing
 from clusterkit.checks.model import Finding, Status
 from clusterkit.probe import collector
 from clusterkit.redact import REDACTED, is_secret_name, redact
 from clusterkit.report import emit
 from clusterkit.report.model import Report
+from tests.support.nodescripts import write_composed
 
 TOKEN = "nvapi-Zq3xT0pS3cr3tV4lu3"
 
@@ -78,7 +81,7 @@ def test_no_format_prints_or_writes_a_secret(fmt: str, tmp_path, capsys) -> None
     assert TOKEN not in target.read_text() + "".join(capsys.readouterr())
 
 
-def test_probe_collects_only_the_variables_the_checks_read() -> None:
+def test_probe_collects_only_the_variables_the_checks_read(tmp_path: Path) -> None:
     env = {
         "PATH": os.environ["PATH"],
         "NVIDIA_API_KEY": TOKEN,
@@ -89,11 +92,10 @@ def test_probe_collects_only_the_variables_the_checks_read() -> None:
         "MASTER_PORT": "29500",
     }
     done = subprocess.run(
-        [sys.executable, "-S", collector.__file__],
+        [sys.executable, "-S", str(write_composed("clusterkit.probe.collector", tmp_path))],
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert TOKEN not in done.stdout
-    body = done.stdout.split(collector.BEGIN.strip())[1].split(collector.END.strip())[0]
-    facts = json.loads(body)["facts"]
+    facts = framing.decode(done.stdout.encode())["facts"]
     assert facts["env"] == {"NCCL_SOCKET_IFNAME": "eth0", "MASTER_PORT": "29500"}
     assert set(facts["env"]) <= set(collector.ENV_NAMES)
