@@ -1,20 +1,19 @@
-"""Runs ON a node (`python3 - IMAGE [options]`, stdlib only, Python 3.8+): what the node's
+"""Runs ON a node (run_node_script: IMAGE [options], stdlib only, Python 3.8+): what the node's
 Docker engine holds under an image reference and what a short container run of it reports.
 
 Uses the docker CLI, so DOCKER_HOST and the node's docker config apply as for any user of the
-node. Every sub-step has its own timeout; the result is printed framed like
-clusterkit/framing.py, so shell noise around it cannot corrupt it.
+node. Every sub-step has its own timeout (the prelude's bounded tool runner); the result is
+printed in the prelude's frame, so shell noise around it cannot corrupt it.
 """
 
 import argparse
 import json
 import os
-import subprocess
 import sys
 import uuid
 
-BEGIN = b"\n--clusterkit-begin--\n"
-END = b"\n--clusterkit-end--\n"
+from clusterkit.nodescript.prelude import ToolError, emit, run_bounded
+
 RUN_ARGS_LABEL = "io.clusterkit.run-args"
 
 # Printed by `python3 -c` inside the image: works without a GPU and without torch.
@@ -48,21 +47,12 @@ print("CLUSTERKIT-PROBE " + json.dumps(out))
 def _docker(args, timeout):
     """(exit code or None on timeout, stdout text, stderr text)."""
     try:
-        done = subprocess.run(
-            ["docker", *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return None, "", f"timed out after {timeout}s"
-    except OSError as error:
+        code, out, err = run_bounded(["docker", *args], timeout)
+    except ToolError as error:
         return 127, "", f"docker CLI not usable: {error}"
-    return (
-        done.returncode,
-        done.stdout.decode("utf-8", "replace"),
-        done.stderr.decode("utf-8", "replace").strip(),
-    )
+    if code is None:
+        return None, "", f"timed out after {timeout}s"
+    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
 
 
 def inspect_image(image, timeout):
@@ -140,9 +130,7 @@ def main(argv=None):
             result["run"] = run_probe(args.image, run_args, args.timeout)
     except Exception as error:  # reported, never a crash without a frame
         result["error"] = f"{type(error).__name__}: {error}"
-    sys.stdout.flush()
-    sys.stdout.buffer.write(BEGIN + json.dumps(result, sort_keys=True).encode() + END)
-    sys.stdout.flush()
+    emit(result)
     return 0
 
 

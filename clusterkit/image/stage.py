@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import contextlib
 import json
-from pathlib import Path
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.framing import FrameError, decode
+from clusterkit.errors import TransportError
 from clusterkit.image.checks import STAGE, image_findings
 from clusterkit.inventory.model import Inventory
+from clusterkit.nodescript.compose import node_script
+from clusterkit.nodescript.run import run_node_script
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.pool import parallel
 
-NODE_SCRIPT = Path(__file__).with_name("node.py")
+NODE_SCRIPT = "clusterkit.image.node"
 
 
-def _node_argv(inventory: Inventory, host: str, step_timeout: float, gpus: bool) -> list[str]:
-    python = "python3"
+def _interpreter(inventory: Inventory, host: str) -> str:
     with contextlib.suppress(KeyError):
-        python = inventory.host(host).python_interpreter or python
-    argv = [python, "-", str(inventory.settings.image), "--timeout", f"{step_timeout:.0f}"]
+        return inventory.host(host).python_interpreter or "python3"
+    return "python3"
+
+
+def _node_args(inventory: Inventory, step_timeout: float, gpus: bool) -> list[str]:
+    args = [str(inventory.settings.image), "--timeout", f"{step_timeout:.0f}"]
     override = inventory.settings.image_run_args
     if override is not None:
-        argv += ["--run-args", json.dumps(list(override))]
+        args += ["--run-args", json.dumps(list(override))]
     if gpus:
-        argv += ["--gpus", "all"]
-    return argv
+        args += ["--gpus", "all"]
+    return args
 
 
 def run_image_stage(
@@ -42,21 +46,26 @@ def run_image_stage(
     not check (error), never as a pass. Hosts with a driver get `--gpus all` on the run."""
     if not inventory.settings.image:
         return image_findings({}, inventory.settings), {}
-    script = NODE_SCRIPT.read_bytes()
+    script = node_script(NODE_SCRIPT)
     drivers = driver_by_host or {}
     # Inspect + info + run each get a share; the run dominates (python and torch import).
     step_timeout = max(5.0, deadline.remaining() / 3)
 
     def one(host: str) -> dict[str, Any]:
-        argv = _node_argv(inventory, host, step_timeout, drivers.get(host) is not None)
-        result = transports[host].run(argv, stdin=script, deadline=deadline)
-        if result.timed_out:
-            return {"present": None, "error": "the image check timed out"}
+        # Its "error" is one of its facts (what went wrong beside what it found), not a
+        # report of its own failure: image_findings reads it.
         try:
-            return dict(decode(result.stdout))
-        except FrameError as error:
-            detail = result.stderr_tail() or str(error)
-            return {"present": None, "error": f"exit {result.exit_code}: {detail}"}
+            return run_node_script(
+                transports[host],
+                script,
+                _node_args(inventory, step_timeout, drivers.get(host) is not None),
+                interpreter=_interpreter(inventory, host),
+                deadline=deadline,
+                what="the image check",
+                error_report=False,
+            )
+        except TransportError as error:
+            return {"present": None, "error": error.detail}
 
     hosts = sorted(transports)
     results = parallel(one, hosts, workers=workers)

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
 NODE_PYTHON = (3, 8)
 PRELUDE = "nodescript/prelude.py"
 # Scripts that run on nodes with the prelude in place of their import of it.
-COMPOSED = ("probe/collector.py",)
+COMPOSED = ("probe/collector.py", "image/node.py")
 # Not yet on the prelude.
 OWN_RUNTIME = ("launch/node.py", "slurm/relay.py")
 # Node scripts kept as a string constant inside a control-side module: (file, name).
@@ -27,7 +27,6 @@ NODE_STRINGS = (("probe/shared.py", "NODE_SCRIPT"),)
 OWN_MARKERS = {
     "bench/worker.py": ("FRAME_BEGIN", "FRAME_END"),
     "net/node.py": ("BEGIN", "END"),
-    "image/node.py": ("BEGIN", "END"),
 }
 NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS, *OWN_RUNTIME)
 
