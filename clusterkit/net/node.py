@@ -1,9 +1,9 @@
 """Network pre-flight, node side: one process per node for the whole stage.
 
-Shipped alone over stdin behind a small bootstrap (see clusterkit/net/stage.py), stdlib only
-and Python 3.8+, because it runs with whatever interpreter the node has. Every socket
-operation and every external tool has its own bound so one stuck resolver or firewall tool
-cannot stall the rest. Reports are printed between the same markers as clusterkit/framing.py
+Shipped over stdin behind a small bootstrap (see clusterkit/net/stage.py), composed with the
+node-side prelude (stdlib only, Python 3.8+), because it runs with whatever interpreter the
+node has. Every socket operation and every external tool has its own bound so one stuck
+resolver or firewall tool cannot stall the rest. Reports are framed by the prelude's `emit`,
 so login noise around them cannot corrupt them.
 
 The session, each step answered by the control side with one JSON line on stdin:
@@ -23,21 +23,23 @@ The session, each step answered by the control side with one JSON line on stdin:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import select
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 import zlib
 
-BEGIN = b"\n--clusterkit-begin--\n"
-END = b"\n--clusterkit-end--\n"
+from clusterkit.nodescript.prelude import (
+    ToolError,
+    emit,
+    read_interfaces,
+    read_text,
+    run_tool,
+)
 
 HANDSHAKE = b"CK-NET1"
 FIREWALL_TOOLS = (
@@ -52,62 +54,15 @@ TCP_LISTEN_STATE = "0A"
 PEER_SLACK = 1.0  # a listener gives an accepted peer its connect timeout plus this
 CONNECT_WORKERS = 32  # connects in flight at once per node, whatever the cluster size
 LISTEN_BACKLOG = 4096  # connects a listener queues before accepting (the master: 2 per node)
-SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
-def emit(payload):
-    data = json.dumps(payload, separators=(",", ":"), default=str).encode()
-    sys.stdout.buffer.write(BEGIN + data + END)
-    sys.stdout.buffer.flush()
-
-
-def find_tool(name):
-    """Firewall tools live in sbin, which a non-login SSH session's PATH often lacks."""
-    folders = os.environ.get("PATH", "").split(os.pathsep) + list(SBIN_DIRS)
-    for folder in folders:
-        path = os.path.join(folder or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def run_tool(argv, timeout):
-    """Run an external tool in its own process group; kill the whole group at the bound."""
-    executable = find_tool(argv[0])
-    if executable is None:
-        return {"state": "absent", "reason": argv[0] + " not found"}
+def firewall_rules(argv, timeout):
+    """A firewall tool's rule dump: {"state": "ok", "text"}, or "absent"/"unknown" with why."""
     try:
-        proc = subprocess.Popen(
-            [executable, *argv[1:]],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        return {"state": "absent", "reason": argv[0] + " not found"}
-    except OSError as error:
-        return {"state": "unknown", "reason": "%s: %s" % (argv[0], error.strerror)}
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=1)
-        return {"state": "unknown", "reason": "%s timed out after %ss" % (argv[0], timeout)}
-    text = stdout.decode("utf-8", "replace")
-    result = {"exit_code": proc.returncode, "text": text[:FIREWALL_TEXT_CAP]}
-    if proc.returncode != 0:
-        result["state"] = "unknown"
-        result["reason"] = "%s exited %s: %s" % (
-            argv[0],
-            proc.returncode,
-            (stderr.decode("utf-8", "replace").strip() or text.strip())[-200:],
-        )
-    else:
-        result["state"] = "ok"
-    return result
+        text = run_tool(argv, timeout)
+    except ToolError as error:
+        return {"state": "absent" if error.kind == "absent" else "unknown", "reason": str(error)}
+    return {"state": "ok", "exit_code": 0, "text": text[:FIREWALL_TEXT_CAP]}
 
 
 def bounded(fn, timeout, *args):
@@ -149,64 +104,6 @@ def resolve_bounded(name, timeout):
     if state == "ok":
         return {"name": name, "addresses": value}
     return {"name": name, "addresses": [], "error": value}
-
-
-def read_text(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-def interfaces(timeout):
-    """Names, admin/oper state and MTU from /sys/class/net; addresses from `ip -j addr`."""
-    found = {}
-    try:
-        names = sorted(os.listdir("/sys/class/net"))
-    except OSError:
-        names = []
-    for name in names:
-        base = "/sys/class/net/" + name
-        flags = read_text(base + "/flags")
-        mtu = read_text(base + "/mtu")
-        found[name] = {
-            "name": name,
-            "up": bool(int(flags, 16) & 1) if flags else None,
-            "operstate": read_text(base + "/operstate"),
-            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
-            "addresses": [],
-        }
-    error = None
-    listing = run_tool(["ip", "-j", "addr", "show"], timeout)
-    if listing.get("state") != "ok":
-        error = listing.get("reason")
-    else:
-        try:
-            for item in json.loads(listing["text"] or "[]"):
-                name = item.get("ifname")
-                entry = found.setdefault(
-                    name,
-                    {
-                        "name": name,
-                        "up": "UP" in item.get("flags", []),
-                        "operstate": str(item.get("operstate", "")).lower(),
-                        "mtu": item.get("mtu"),
-                        "addresses": [],
-                    },
-                )
-                for addr in item.get("addr_info", []):
-                    if addr.get("family") in ("inet", "inet6") and addr.get("local"):
-                        entry["addresses"].append(
-                            {
-                                "family": addr["family"],
-                                "address": addr["local"],
-                                "prefixlen": addr.get("prefixlen"),
-                            }
-                        )
-        except ValueError as parse_error:
-            error = "ip -j addr: %s" % parse_error
-    return [found[name] for name in sorted(found)], error
 
 
 def port_holder(port, budget=1.0):
@@ -289,7 +186,7 @@ def facts(args):
         elif key == "iptables-legacy" and not read_text("/proc/net/ip_tables_names"):
             firewall[key] = {"state": "ok", "text": "", "reason": "no legacy tables loaded"}
         else:
-            firewall[key] = run_tool(argv, tool_timeout)
+            firewall[key] = firewall_rules(argv, tool_timeout)
 
     def start(target, *args):
         thread = threading.Thread(target=target, args=args)
@@ -308,11 +205,11 @@ def facts(args):
     if master:
         start(look_up, "master", master)
     start(look_up, "own_name", hostname)
-    result["interfaces"], result["interfaces_error"] = interfaces(tool_timeout)
+    result["interfaces"], result["interfaces_error"] = read_interfaces(tool_timeout)
     result["env"] = {
         key: os.environ.get(key) for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
     }
-    text = read_text("/proc/sys/net/ipv4/ip_local_port_range")
+    text = read_text("/proc/sys/net/ipv4/ip_local_port_range") or ""
     try:
         low, high = (int(part) for part in text.split())
         result["ephemeral_range"] = [low, high]

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import json
 import time
-from importlib import resources
 from typing import Any
 
 from clusterkit.checks.model import Finding
-from clusterkit.framing import END, FrameError, decode
+from clusterkit.framing import END
 from clusterkit.inventory.model import Inventory
 from clusterkit.net import analysis
 from clusterkit.net.cover import MeshRounds, Pair, subnet_cuts
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
 from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args, subnets_of
+from clusterkit.nodescript import compose
+from clusterkit.nodescript.run import ScriptFailure, decode_result, failure_of
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
@@ -51,7 +52,8 @@ BOOTSTRAP = (
 
 
 def node_script() -> bytes:
-    return resources.files("clusterkit.net").joinpath("node.py").read_bytes()
+    """net/node.py composed with the node-side prelude."""
+    return compose.node_script("clusterkit.net.node").encode()
 
 
 class NodeSessions:
@@ -139,24 +141,14 @@ class NodeSessions:
 
     @staticmethod
     def _report(process: RemoteProcess, until: Deadline, name: str) -> dict[str, Any]:
+        """The step's report; ScriptFailure with the reason when none came."""
         chunk = process.expect(END, until)
         if chunk is None:
             if until.expired:
-                raise RuntimeError(f"{name} step did not finish in time")
-            result = process.finish(Deadline.after(STOP_SECONDS))  # it exited: no wait
-            if not result.timed_out and result.exit_code is not None:
-                tail = result.stderr_tail() or "no report"
-                raise RuntimeError(f"{name} step failed (exit {result.exit_code}): {tail}")
-            raise RuntimeError(f"{name} step did not finish in time")
-        try:
-            payload = decode(chunk)
-        except FrameError as error:
-            raise RuntimeError(f"{name} step sent a broken report: {error}") from None
-        if not isinstance(payload, dict):
-            raise RuntimeError(f"{name} step returned no result")
-        if payload.get("error"):
-            raise RuntimeError(payload["error"])
-        return payload
+                raise ScriptFailure("timeout", f"{name} step did not finish in time")
+            # It exited (no wait): why, from its exit status and stderr.
+            raise failure_of(process.finish(Deadline.after(STOP_SECONDS)), f"{name} step")
+        return decode_result(chunk, f"{name} step")
 
 
 def _bounded(deadline: Deadline, seconds: float) -> Deadline:

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
 NODE_PYTHON = (3, 8)
 PRELUDE = "nodescript/prelude.py"
 # Scripts that run on nodes with the prelude in place of their import of it.
-COMPOSED = ("probe/collector.py", "image/node.py")
+COMPOSED = ("probe/collector.py", "net/node.py", "image/node.py")
 # Not yet on the prelude.
 OWN_RUNTIME = ("launch/node.py", "slurm/relay.py")
 # Node scripts kept as a string constant inside a control-side module: (file, name).
@@ -26,7 +26,6 @@ NODE_STRINGS = (("probe/shared.py", "NODE_SCRIPT"),)
 # bench worker, which also runs alone under a user's own torchrun.
 OWN_MARKERS = {
     "bench/worker.py": ("FRAME_BEGIN", "FRAME_END"),
-    "net/node.py": ("BEGIN", "END"),
 }
 NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS, *OWN_RUNTIME)
 
