@@ -1,8 +1,9 @@
 """Launch, node side: runs this node's share of the job and answers for it until it ends.
 
-Shipped over stdin behind the network stage's bootstrap (stdlib only, Python 3.8+), started
-with the node's interpreter. It runs torchrun (or `docker run` around it) in a session of
-its own, with a marker variable every process of the job inherits, and:
+Shipped over stdin behind the network stage's bootstrap, composed with the node-side prelude
+(stdlib only, Python 3.8+), started with the node's interpreter. It runs torchrun (or `docker
+run` around it) in a session of its own, with a marker variable every process of the job
+inherits, and:
 
 - forwards torchrun's stdout and stderr line by line to its own stdout;
 - prints control messages as "<token> <json>" lines (the token is random per run, so the
@@ -33,6 +34,14 @@ import subprocess
 import sys
 import threading
 import time
+
+from clusterkit.nodescript.prelude import (
+    ToolError,
+    find_tool,
+    kill_group,
+    parent_pid,
+    run_bounded,
+)
 
 MARKER = "CLUSTERKIT_LAUNCH"
 STACK_DIR_VARIABLE = "CLUSTERKIT_STACK_DIR"
@@ -216,21 +225,17 @@ class Runner:
         assert self.py_spy is not None  # chosen only when py-spy was found
         argv = [self.py_spy, "dump", "--pid", str(entry["pid"]), "--json"]
         try:
-            done = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                timeout=PY_SPY_SECONDS,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
+            code, out, err = run_bounded(argv, PY_SPY_SECONDS)
+        except ToolError as error:
             entry["error"] = "py-spy: %s" % error
             return
-        entry["raw"] = done.stdout.decode("utf-8", "replace")
-        if done.returncode != 0:
+        entry["raw"] = out.decode("utf-8", "replace")
+        if code is None:
+            entry["error"] = "py-spy: no answer within %g s" % PY_SPY_SECONDS
+        elif code != 0:
             entry["error"] = "py-spy exited %d: %s" % (
-                done.returncode,
-                done.stderr.decode("utf-8", "replace").strip()[-300:],
+                code,
+                err.decode("utf-8", "replace").strip()[-300:],
             )
 
     def faulthandler_dump(self, entry):
@@ -371,19 +376,11 @@ def parse_environ(raw):
     return env
 
 
-def parent_of(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def ranks_of(marker):
     """pid -> environ of each rank: a marked worker whose parent is not a worker."""
     marked = {pid: parse_environ(raw) for pid, raw in marked_processes(marker).items()}
     workers = {pid: env for pid, env in marked.items() if "GROUP_RANK" in env and "RANK" in env}
-    return {pid: env for pid, env in workers.items() if parent_of(pid) not in workers}
+    return {pid: env for pid, env in workers.items() if parent_pid(pid) not in workers}
 
 
 def rank_number(env):
@@ -401,9 +398,7 @@ def signal_ranks(found):
 
 def signal_all(pids, sig):
     for pid in pids:
-        for target in (-pid, pid):  # its group when it leads one, and itself
-            with contextlib.suppress(OSError):
-                os.kill(target, sig)
+        kill_group(pid, sig)  # its group when it leads one, and itself
 
 
 def as_this_user(argv):
@@ -416,18 +411,13 @@ def as_this_user(argv):
 
 
 def docker_quiet(args, timeout=DOCKER_SECONDS):
-    """A docker CLI command, bounded; True when it succeeded."""
+    """A docker CLI command, bounded (its process group killed at the timeout); True when
+    it succeeded."""
     try:
-        done = subprocess.run(
-            ["docker", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=timeout,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        code, _out, _err = run_bounded(["docker", *args], timeout)
+    except ToolError:
         return False
-    return done.returncode == 0
+    return code == 0
 
 
 def find_py_spy():
@@ -435,7 +425,7 @@ def find_py_spy():
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(beside, os.X_OK):
         return beside
-    return shutil.which("py-spy")
+    return find_tool("py-spy")
 
 
 def source_lines(raw, pid):

@@ -30,7 +30,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,6 +38,7 @@ from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.net.stage import BOOTSTRAP
+from clusterkit.nodescript.compose import node_script
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 
@@ -66,7 +66,8 @@ true
 
 
 def node_source() -> bytes:
-    return resources.files("clusterkit.launch").joinpath("node.py").read_bytes()
+    """launch/node.py composed with the node-side prelude."""
+    return node_script("clusterkit.launch.node").encode()
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Runs on every node of one srun job step (stdlib only, sent as `python3 -S -c SOURCE`).
+"""Runs on every node of one srun job step (sent as `python3 -S -c SOURCE`, composed with the
+node-side prelude: stdlib only, Python 3.8+).
 
 srun gives every task the same stdin and merges their stdout, so the control side addresses
 each line to a node by name and the relay frames what its commands print into short lines
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import threading
 
+from clusterkit.nodescript.prelude import end_group
+
 NODE = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 CHUNK = 600  # raw bytes per line: a framed line stays under Slurm's 1024-byte I/O message
 KILL_GRACE = 2.0
@@ -28,24 +31,12 @@ _commands = {}  # type: dict[str, list]  # cid -> [process, stdin queue, killed]
 _blobs = {}  # type: dict[str, bytes]
 
 
-def emit(*words):
+def say(*words):
+    """One line out, tagged with this node: srun merges every node's stdout."""
     data = (" ".join((NODE, *words)) + "\n").encode()
     with _lock:
         while data:
             data = data[os.write(1, data) :]
-
-
-def kill(process):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except OSError:
-            return
-        try:
-            process.wait(KILL_GRACE)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def forward(cid, stream, tag):
@@ -53,7 +44,7 @@ def forward(cid, stream, tag):
         data = os.read(stream.fileno(), CHUNK)
         if not data:
             return
-        emit(cid, tag, base64.b64encode(data).decode())
+        say(cid, tag, base64.b64encode(data).decode())
 
 
 def feed(process, inbox):
@@ -79,13 +70,13 @@ def run(cid, spec, entry):
             start_new_session=True,
         )
     except OSError as error:
-        emit(cid, "e", base64.b64encode(f"cannot run {spec['argv'][0]}: {error}".encode()).decode())
-        emit(cid, "x", "127")
+        say(cid, "e", base64.b64encode(f"cannot run {spec['argv'][0]}: {error}".encode()).decode())
+        say(cid, "x", "127")
         return
     entry[0] = process
     inbox = entry[1]
     if entry[2]:  # killed before it started
-        kill(process)
+        end_group(process, KILL_GRACE)
     threading.Thread(target=feed, args=(process, inbox), daemon=True).start()
     readers = [
         threading.Thread(target=forward, args=(cid, stream, tag), daemon=True)
@@ -97,23 +88,23 @@ def run(cid, spec, entry):
         process.wait(float(spec["timeout"]))
         timed_out = False
     except subprocess.TimeoutExpired:
-        kill(process)
+        end_group(process, KILL_GRACE)
         timed_out = True
     for reader in readers:
         reader.join(0.5)  # a background child may hold the pipes: not for long
-    emit(cid, "t") if timed_out else emit(cid, "x", str(process.returncode))
+    say(cid, "t") if timed_out else say(cid, "x", str(process.returncode))
 
 
 def stop_all(*_):
     for process, _inbox, _killed in list(_commands.values()):
         if process is not None and process.poll() is None:
-            kill(process)
+            end_group(process, KILL_GRACE)
     os._exit(0)
 
 
 def main():
     signal.signal(signal.SIGTERM, stop_all)
-    emit("-", "ready", os.environ.get("SLURM_JOB_ID", "?"), os.environ.get("SLURM_STEP_ID", "?"))
+    say("-", "ready", os.environ.get("SLURM_JOB_ID", "?"), os.environ.get("SLURM_STEP_ID", "?"))
     for line in sys.stdin.buffer:
         words = line.decode("ascii", "replace").split()
         if not words:
@@ -143,7 +134,7 @@ def main():
         elif kind == "K":
             entry[2] = True
             if process is not None and process.poll() is None:
-                threading.Thread(target=kill, args=(process,), daemon=True).start()
+                threading.Thread(target=end_group, args=(process, KILL_GRACE), daemon=True).start()
     stop_all()
 
 

@@ -25,10 +25,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import cache
-from importlib import resources
 
 from clusterkit.errors import TransportError
+from clusterkit.nodescript.compose import node_script
 from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline, PumpedProcess
 from clusterkit.transport.pool import register_cancellable
 
@@ -45,9 +44,9 @@ class StepLost(Exception):
     aborts a whole step when one node cannot launch it): a new step without that node helps."""
 
 
-@cache
 def relay_source() -> str:
-    return resources.files("clusterkit.slurm").joinpath("relay.py").read_text()
+    """slurm/relay.py composed with the node-side prelude (sent as `-c`)."""
+    return node_script("clusterkit.slurm.relay")
 
 
 def _b64(data: bytes) -> str:

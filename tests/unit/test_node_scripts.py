@@ -17,17 +17,19 @@ PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
 NODE_PYTHON = (3, 8)
 PRELUDE = "nodescript/prelude.py"
 # Scripts that run on nodes with the prelude in place of their import of it.
-COMPOSED = ("probe/collector.py", "net/node.py", "image/node.py")
-# Not yet on the prelude.
-OWN_RUNTIME = ("launch/node.py", "slurm/relay.py")
+COMPOSED = (
+    "probe/collector.py",
+    "net/node.py",
+    "image/node.py",
+    "launch/node.py",
+    "slurm/relay.py",
+)
 # Node scripts kept as a string constant inside a control-side module: (file, name).
 NODE_STRINGS = (("probe/shared.py", "NODE_SCRIPT"),)
 # Scripts that frame a result with markers of their own, and the names those go by: the
 # bench worker, which also runs alone under a user's own torchrun.
-OWN_MARKERS = {
-    "bench/worker.py": ("FRAME_BEGIN", "FRAME_END"),
-}
-NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS, *OWN_RUNTIME)
+OWN_MARKERS = {"bench/worker.py": ("FRAME_BEGIN", "FRAME_END")}
+NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS)
 
 
 def constants(tree: ast.Module) -> dict[str, object]:
