@@ -37,8 +37,8 @@ from clusterkit.errors import TransportError
 from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
-from clusterkit.net.stage import BOOTSTRAP
 from clusterkit.nodescript.compose import node_script
+from clusterkit.nodescript.run import script_argv
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 
@@ -174,7 +174,7 @@ class Supervisor:
             "stacks": self.options.stacks,
         }
         python = self.pythons.get(node.host, "python3")
-        return [python, "-S", "-c", BOOTSTRAP, str(len(source)), json.dumps(spec)]
+        return script_argv(python, source, [json.dumps(spec)])
 
     def _pump(self, node: _Node, source: bytes, deadline: Deadline) -> None:
         process: RemoteProcess | None = None

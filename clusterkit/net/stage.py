@@ -27,7 +27,7 @@ from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
 from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args, subnets_of
 from clusterkit.nodescript import compose
-from clusterkit.nodescript.run import ScriptFailure, decode_result, failure_of
+from clusterkit.nodescript.run import BOOTSTRAP, ScriptFailure, decode_result, failure_of
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
@@ -35,20 +35,6 @@ FACTS_SECONDS = 15.0  # node-side resolver and tool bounds are 3 s and 5 s, run 
 TRANSPORT_MARGIN = 10.0  # SSH exec start and output transfer on a busy control machine
 STOP_SECONDS = 3.0  # a node told to stop (or whose stdin closed) exits by then, or is killed
 MAX_ROUNDS = 3  # the mesh, the retest of the nodes it found failing, a cut that was none
-
-# Reads the node script (its length is argv[1]) from stdin and runs it, leaving stdin to the
-# conversation that follows. -S: the script is stdlib only; skipping site saves every node
-# a few ms of CPU.
-BOOTSTRAP = (
-    "import os,sys\n"
-    "n=int(sys.argv[1]);s=b''\n"
-    "while len(s)<n:\n"
-    " c=os.read(0,n-len(s))\n"
-    " if not c:sys.exit(3)\n"
-    " s+=c\n"
-    "del sys.argv[1]\n"
-    "exec(compile(s,'clusterkit-net-node','exec'))\n"
-)
 
 
 def node_script() -> bytes:
