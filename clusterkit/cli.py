@@ -352,6 +352,21 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "-J", "--result-json", default=None, metavar="FILE", help="nccl-tests style JSON result"
     )
+    run.add_argument(
+        "--find-slow",
+        action="store_const",
+        const=True,
+        default=None,
+        help="after the all-reduce, measure groups of nodes in rounds and name a slow node "
+        "(default: clusterkit.bench.find_slow)",
+    )
+    run.add_argument(
+        "--group-size",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help=f"nodes per group with --find-slow (default {BenchSettings.find_slow_group})",
+    )
     _add_bench_gate_options(parser)
     _add_connection_options(parser)
     _add_report_options(parser)

@@ -93,6 +93,13 @@ class BenchOptions:
     master_addr: str | None = None  # None: the inventory master's address
     master_port: int | None = None  # None: clusterkit.master_port
     image: str | None = None  # None: clusterkit.image; "" forces the node interpreter
+    find_slow: bool = BenchSettings.find_slow  # groups in rounds after the global all-reduce
+    find_slow_group: int = BenchSettings.find_slow_group
+    find_slow_bytes: str | None = None  # None: maxbytes
+    find_slow_fraction: float = BenchSettings.find_slow_fraction
+    find_slow_rounds: int | None = None  # None: pairing.default_rounds
+    find_slow_seconds: float = BenchSettings.find_slow_seconds
+    find_slow_status: str = BenchSettings.find_slow_status
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -109,6 +116,13 @@ class BenchOptions:
             "datatype": settings.datatype,
             "gate_size": parse_size(settings.gate_size) if settings.gate_size else None,
             "join_timeout": min(settings.join_timeout, settings.timeout),
+            "find_slow": settings.find_slow,
+            "find_slow_group": settings.find_slow_group,
+            "find_slow_bytes": settings.find_slow_bytes,
+            "find_slow_fraction": settings.find_slow_fraction,
+            "find_slow_rounds": settings.find_slow_rounds,
+            "find_slow_seconds": settings.find_slow_seconds,
+            "find_slow_status": settings.find_slow_status,
             **{name: value for name, value in given.items() if value is not None},
         }
         return cls(**chosen)
@@ -167,8 +181,12 @@ def node_argv(
     interface: str | None,
     options: BenchOptions,
     infiniband: bool = False,
+    barrier_timeout: float | None = None,
+    fill: float | None = None,
 ) -> list[str]:
-    """The argv one node runs (the transport quotes it)."""
+    """The argv one node runs (the transport quotes it). With `barrier_timeout` the group
+    measures only after the launcher's go (see worker._await_go); with `fill` each timed
+    block lasts that many seconds (worker._fill_iters)."""
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{run_dir}/nccl.%h.%p.log"}
     if interface:
         env["GLOO_SOCKET_IFNAME"] = interface
@@ -183,6 +201,10 @@ def node_argv(
     ]  # fmt: skip
     if not image:
         worker += ["--run-dir", run_dir]  # pids inside a container mean nothing out here
+    if barrier_timeout is not None:
+        worker += ["--barrier-dir", run_dir, "--barrier-timeout", f"{barrier_timeout:.0f}"]
+    if fill:
+        worker += ["--fill", f"{fill:g}"]
     torchrun = [
         "-m", "torch.distributed.run",
         "--nnodes", str(nodes), "--node-rank", str(node_rank), "--nproc-per-node", str(nproc),
@@ -206,6 +228,36 @@ def node_argv(
     return ["sh", "-c", _NODE_SCRIPT, "clusterkit-bench", run_dir, *command]
 
 
+@dataclass(frozen=True)
+class World:
+    """Who runs the bench and how: hosts in node-rank order (the master first), ranks per
+    node, the image (None: the node interpreter) and whether containers get the GPUs."""
+
+    hosts: list[Host]
+    nproc: int
+    image: str | None
+    gpus: bool
+
+    def infiniband(self, options: BenchOptions, host: Host) -> bool:
+        return bool(((options.facts.get(host.name) or {}).get("infiniband") or {}).get("devices"))
+
+
+def plan_world(
+    transports: Mapping[str, Transport], inventory: Inventory, options: BenchOptions
+) -> World:
+    """The world of the connected inventory hosts (the caller refuses a partial one)."""
+    hosts = [host for host in inventory.hosts if host.name in transports]
+    master_host = inventory.master if inventory.master in hosts else hosts[0]
+    ordered = [master_host, *[h for h in hosts if h is not master_host]]
+    image = inventory.settings.image if options.image is None else (options.image or None)
+    gpus = options.backend != "gloo" and any(
+        int((options.facts.get(h.name, {}).get("gpus") or {}).get("count") or 0) > 0
+        or h.name not in options.facts
+        for h in ordered
+    )
+    return World(ordered, ranks_per_node(inventory, options, ordered), image, gpus)
+
+
 def launch_bench(
     transports: Mapping[str, Transport],
     inventory: Inventory,
@@ -215,9 +267,8 @@ def launch_bench(
     """Run the bench on every inventory host in `transports`; never leaves a process."""
     started = time.monotonic()
     run_id = uuid.uuid4().hex[:12]
-    hosts = [host for host in inventory.hosts if host.name in transports]
     missing = [host.name for host in inventory.hosts if host.name not in transports]
-    if missing or not hosts:
+    if missing or len(missing) == len(inventory.hosts):
         finding = Finding(
             "bench.not-joined",
             Status.SKIP,
@@ -227,56 +278,49 @@ def launch_bench(
             stage=STAGE,
         )
         return BenchOutcome([finding], None, "", [], run_id, 0.0)
-    master_host = inventory.master if inventory.master in hosts else hosts[0]
-    ordered = [master_host, *[h for h in hosts if h is not master_host]]
-    nproc = ranks_per_node(inventory, options, ordered)
-    image = inventory.settings.image if options.image is None else (options.image or None)
-    gpus = options.backend != "gloo" and any(
-        int((options.facts.get(h.name, {}).get("gpus") or {}).get("count") or 0) > 0
-        or h.name not in options.facts
-        for h in ordered
-    )
-    runs = [NodeRun(host.name, rank) for rank, host in enumerate(ordered)]
+    world = plan_world(transports, inventory, options)
+    runs = [NodeRun(host.name, rank) for rank, host in enumerate(world.hosts)]
     plans: dict[str, tuple[str, str | None, list[str]]] = {}
-    for run, host in zip(runs, ordered):
+    for run, host in zip(runs, world.hosts):
         run_dir = f"/tmp/clusterkit-bench-{run_id}-n{run.node_rank}"
-        container = f"clusterkit-bench-{run_id}-n{run.node_rank}" if image else None
+        container = f"clusterkit-bench-{run_id}-n{run.node_rank}" if world.image else None
         argv = node_argv(
             host,
             run.node_rank,
-            nodes=len(ordered),
-            nproc=nproc,
-            master=options.master_addr or master_host.address,
+            nodes=len(world.hosts),
+            nproc=world.nproc,
+            master=options.master_addr or world.hosts[0].address,
             port=options.master_port or inventory.settings.master_port,
             run_dir=run_dir,
             container=container,
-            image=image,
-            gpus=gpus,
-            infiniband=bool(
-                ((options.facts.get(host.name) or {}).get("infiniband") or {}).get("devices")
-            ),
+            image=world.image,
+            gpus=world.gpus,
+            infiniband=world.infiniband(options, host),
             interface=inventory.settings.interface,
             options=options,
         )
         plans[run.host] = (run_dir, container, argv)
-    interrupted = _supervise(transports, runs, plans, deadline)
-    findings, result = judge(runs, inventory, options, nproc, deadline)
+    interrupted = supervise(transports, [runs], plans, deadline)
+    findings, result = judge(runs, inventory, options, world.nproc, deadline)
     table = format_table(result) if result else ""
     return BenchOutcome(
         findings, result, table, runs, run_id, time.monotonic() - started, interrupted
     )
 
 
-def _supervise(
+def supervise(
     transports: Mapping[str, Transport],
-    runs: list[NodeRun],
-    plans: dict[str, tuple[str, str | None, list[str]]],
+    groups: list[list[NodeRun]],
+    plans: Mapping[str, tuple[str, str | None, list[str]]],
     deadline: Deadline,
 ) -> bool:
-    """Run every node in its own thread; on the first failure, the deadline or Ctrl-C send
-    the kill command everywhere. Returns True when interrupted."""
+    """Run every node of every group (separate torchrun jobs, a host in one group at most)
+    in its own thread. On a group's first failure send the kill command to that group; on
+    the deadline or Ctrl-C, to every group. Returns True when interrupted."""
     source = worker_source()
-    killed = threading.Event()
+    runs = [run for group in groups for run in group]
+    group_of = {id(run): index for index, group in enumerate(groups) for run in group}
+    killed: set[int] = set()
 
     def one(run: NodeRun) -> None:
         try:
@@ -288,11 +332,13 @@ def _supervise(
         finally:
             run.ended_at = time.monotonic()
 
-    def kill_all() -> None:
-        if killed.is_set():
+    def kill_groups(indexes: list[int]) -> None:
+        targets = [i for i in indexes if i not in killed]
+        if not targets:
             return
-        killed.set()
-        for run in runs:
+        killed.update(targets)
+        members = [run for i in targets for run in groups[i]]
+        for run in members:
             run.killed = run.ended_at is None
         kill_deadline = Deadline.after(max(3.0, min(8.0, deadline.remaining())))
 
@@ -305,33 +351,34 @@ def _supervise(
             with contextlib.suppress(TransportError):
                 transports[run.host].run(argv, deadline=kill_deadline)
 
-        threads = [threading.Thread(target=kill, args=(run,), daemon=True) for run in runs]
+        threads = [threading.Thread(target=kill, args=(run,), daemon=True) for run in members]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(kill_deadline.remaining() + 1)
 
+    everyone = list(range(len(groups)))
     executor = ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="bench")
     futures: dict[Future[None], NodeRun] = {executor.submit(one, run): run for run in runs}
     pending = set(futures)
-    failed_at: float | None = None
+    failed_at: dict[int, float] = {}
     interrupted = False
     try:
         while pending:
             now = time.monotonic()
             if deadline.remaining() <= KILL_GRACE_S:
-                kill_all()
-            if failed_at is not None and now - failed_at >= FAILURE_GRACE_S:
-                kill_all()
+                kill_groups(everyone)
+            kill_groups([g for g, at in failed_at.items() if now - at >= FAILURE_GRACE_S])
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             for future in done:
-                if not futures[future].ok and failed_at is None:
-                    failed_at = time.monotonic()
-            if killed.is_set() and deadline.expired:
+                run = futures[future]
+                if not run.ok:
+                    failed_at.setdefault(group_of[id(run)], time.monotonic())
+            if len(killed) == len(groups) and deadline.expired:
                 break
     except KeyboardInterrupt:
         interrupted = True
-        kill_all()
+        kill_groups(everyone)
         for transport in transports.values():
             cancel = getattr(transport, "cancel", None)
             if cancel is not None:

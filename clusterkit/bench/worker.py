@@ -202,6 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-J", "--output-file", default=None, help="write the JSON result here")
     parser.add_argument("--frame", action="store_true", help="print the JSON result framed")
     parser.add_argument("--run-dir", default=None, help="where the launcher's kill looks")
+    parser.add_argument(
+        "--barrier-dir",
+        default=None,
+        help="rank 0 writes DIR/ready once the group has joined and measures after DIR/go",
+    )
+    parser.add_argument(
+        "--barrier-timeout", type=float, default=0.0, help="seconds to wait for DIR/go"
+    )
+    parser.add_argument(
+        "--fill", type=float, default=0.0, help="time each block over this many seconds, not -n"
+    )
     return parser
 
 
@@ -247,6 +258,26 @@ def _join(dist, backend: str, rank: int, world_size: int, timeout_s: float):
     return control
 
 
+def _await_go(dist, group, rank: int, barrier_dir: str, timeout: float) -> None:
+    """Groups of `bench --find-slow` measure at the same moment, so none is timed on a
+    machine or fabric the others have left idle: rank 0 says the group is ready (a file the
+    launcher waits for) and waits for the launcher's go, then every rank leaves a barrier.
+    Without a go in time the group measures anyway (the launcher may be gone)."""
+    if rank == 0:
+        go = os.path.join(barrier_dir, "go")
+        try:
+            with open(os.path.join(barrier_dir, "ready"), "w"):
+                pass
+        except OSError as error:
+            _log(f"cannot write the ready file: {error}")
+        end = time.monotonic() + timeout
+        while not os.path.exists(go) and time.monotonic() < end:
+            time.sleep(0.05)
+        if not os.path.exists(go):
+            _log(f"no go within {timeout:g}s: measuring anyway")
+    dist.barrier(group=group)
+
+
 def _gather_json(torch, dist, value, world_size: int, group) -> list:
     """Every rank's `value` (JSON), gathered as byte tensors on the gloo control group.
     dist.all_gather_object decodes through tensor.numpy(), so it fails on a node without
@@ -285,10 +316,25 @@ def _wrong(torch, dist, backend, op, source, result, rank, expected, dtype):
     return int((result != target).sum().item())
 
 
-def _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size):
+FILL_PROBE_OPS = 3  # timed to size a --fill window: few, so a slow group is not late to it
+
+
+def _fill_iters(torch, dist, backend, op, iters, seconds, group):
+    """How many back-to-back ops fill `seconds`, from a timed run of a few, agreed by every
+    rank (the smallest): the groups of `bench --find-slow` then all time over the same
+    window instead of the slow one finishing alone on a machine the others have left."""
+    probe = max(1, min(iters, FILL_PROBE_OPS))
+    per_op = _timed(torch, dist, backend, op, probe)
+    wanted = torch.tensor([max(probe, int(seconds / max(per_op, 1e-9)))], dtype=torch.int64)
+    dist.all_reduce(wanted, op=dist.ReduceOp.MIN, group=group)
+    return int(wanted.item())
+
+
+def _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, group):
     """Per size: warm up, then time and check the out-of-place and the in-place all_reduce.
     Returns this rank's {"out_of_place", "in_place"} -> (seconds per op, wrong elements),
-    one entry per size (wrong is -1 when not checked)."""
+    one entry per size (wrong is -1 when not checked). With --fill each timed block runs as
+    many ops as fill that many seconds (see _fill_iters) instead of -n."""
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
     expected = world_size * (world_size + 1) // 2
     measured: dict[str, tuple[list[float], list[int]]] = {
@@ -315,7 +361,10 @@ def _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_s
         ):
             times, wrong = measured[place]
             source.zero_()  # a sum of zeros stays finite however many ops run
-            times.append(_timed(torch, dist, backend, op, args.iters))
+            iters = args.iters
+            if args.fill:
+                iters = _fill_iters(torch, dist, backend, op, iters, args.fill, group)
+            times.append(_timed(torch, dist, backend, op, iters))
             if args.check:
                 wrong.append(
                     _wrong(torch, dist, backend, op, source, result, rank, expected, dtype)
@@ -415,9 +464,13 @@ def run(argv: list[str] | None = None) -> dict | None:
 
     me = dict(_device_info(torch, backend, local_rank), rank=rank, host=host, pid=os.getpid())
     devices = _gather_json(torch, dist, me, world_size, control)
+    if args.barrier_dir:
+        _await_go(dist, control, rank, args.barrier_dir, args.barrier_timeout)
     try:
         dtype = getattr(torch, torch_name)
-        measured = _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size)
+        measured = _measure(
+            torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, control
+        )
     except RuntimeError as error:
         raise BenchError("rank-failed", f"rank {rank} on {host}: {error}") from None
     gathered = _gather_json(torch, dist, measured, world_size, control)
@@ -450,6 +503,7 @@ def run(argv: list[str] | None = None) -> dict | None:
             "nThread": 1,
             "nGpus": 1,
             "out_of_place": "input copied into a separate output buffer, then reduced",
+            "fill_seconds": args.fill or None,
         },
         "devices": devices,
         "results": results,

@@ -92,6 +92,7 @@ _BENCH = {
     "bench.not-joined": "nodes none of whose ranks joined, or not run for a partial world",
     "bench.timeout": "no result before the deadline",
     "bench.slow-rank": "a rank took >= 1.25 x the median time per op at the gate size",
+    "bench.slow-node": "no node slow or failing in most of its groups (--find-slow)",
     "bench.nccl-socket-transport": "NCCL used NET/Socket on a node with active InfiniBand",
     "bench.nccl-debug-vars": "no debug-only NCCL variable (NCCL_P2P_DISABLE, ...) in the run",
 }

@@ -47,6 +47,8 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
             gate_size = parse_size(args.gate_size)
         except ValueError as error:
             raise UsageError(f"bench --gate-size: {error}") from None
+    if args.group_size is not None and args.group_size < 2:
+        raise UsageError(f"bench --group-size: at least 2 nodes, not {args.group_size}")
     if args.datatype is not None and args.datatype not in DTYPES:
         raise UsageError(f"bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})")
     options = BenchOptions.from_settings(
@@ -65,6 +67,8 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
         join_timeout=args.join_timeout,
         master_port=args.master_port,
         image=args.image,
+        find_slow=args.find_slow,
+        find_slow_group=args.group_size,
         environ=dict(os.environ),
         facts=facts,
     )

@@ -64,6 +64,13 @@ class BenchSettings:
     min_busbw: float | None = None  # GB/s; None: NCCL_TESTS_MIN_BW or the fabric default
     timeout: float = 300.0  # seconds for the whole run; everything is killed after it
     join_timeout: float = 60.0  # seconds ranks wait for each other
+    find_slow: bool = False  # also measure groups of nodes in rounds to name a slow node
+    find_slow_group: int = 2  # nodes per group
+    find_slow_bytes: str | None = None  # all-reduce size of each group; None: maxbytes
+    find_slow_fraction: float = 0.7  # slow: below this x its round's median busbw
+    find_slow_rounds: int | None = None  # None: max(3, log_k N) (bench/pairing.py)
+    find_slow_seconds: float = 5.0  # each group times each block over this window
+    find_slow_status: str = "warn"  # status of a named node: warn or fail
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,17 @@ def boolean(value: Any) -> bool:
     return value
 
 
+def fraction(value: Any) -> float:
+    """A number strictly between 0 and 1."""
+    try:
+        parsed = number(above=0)(value)
+    except Invalid:
+        parsed = math.nan
+    if not 0 < parsed < 1:
+        raise Invalid(f"must be a number above 0 and below 1, got {value!r}")
+    return parsed
+
+
 def choice(*allowed: str) -> Rule:
     def rule(value: Any) -> str:
         written = text(value)
@@ -252,6 +263,13 @@ BENCH_RULES: dict[str, Rule] = {
     "min_busbw": number(above=0, unit="GB/s"),
     "timeout": number(above=0, unit="seconds"),
     "join_timeout": number(above=0, unit="seconds"),
+    "find_slow": boolean,
+    "find_slow_group": integer(2, 64),
+    "find_slow_bytes": size,
+    "find_slow_fraction": fraction,
+    "find_slow_rounds": integer(2, 64),
+    "find_slow_seconds": number(above=0, unit="seconds"),
+    "find_slow_status": choice("warn", "fail"),
 }
 
 NETWORK_RULES: dict[str, Rule] = {

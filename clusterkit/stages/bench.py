@@ -41,26 +41,35 @@ class BenchStage(Stage):
         return [Finding("bench.busbw", Status.SKIP, f"bench not run: {reason}")]
 
     def run(self, session: Session) -> StageResult:
+        from clusterkit.bench.findslow import find_slow_nodes, global_deadline, not_run
         from clusterkit.bench.launcher import launch_bench
 
         if session.failures:
             return not_run_after_probe(list(session.failures))
 
+        options = self.options(session)
+        deadline = session.bounded(self.seconds)
         outcome = launch_bench(
-            session.transports,
-            session.inventory,
-            self.options(session),
-            session.bounded(self.seconds),
+            session.transports, session.inventory, options, global_deadline(deadline, options)
         )
         if outcome.interrupted:
             raise KeyboardInterrupt
+        findings = list(outcome.findings)
+        details = {**bench_details(outcome), "table": outcome.table}
         text = outcome.table.rstrip().splitlines() if outcome.table else []
-        return StageResult(
-            outcome.findings,
-            {**bench_details(outcome), "table": outcome.table},
-            text,
-            ran=bool(outcome.nodes),
-        )
+        if options.find_slow:
+            # The global all-reduce gates; the groups say which node, also when it failed.
+            slow = (
+                find_slow_nodes(session.transports, session.inventory, options, deadline)
+                if outcome.nodes
+                else not_run("the global all-reduce did not start")
+            )
+            if slow.interrupted:
+                raise KeyboardInterrupt
+            findings += slow.findings
+            details["find_slow"] = slow.details
+            text += slow.text
+        return StageResult(findings, details, text, ran=bool(outcome.nodes))
 
 
 def not_run_after_probe(hosts: list[str]) -> StageResult:

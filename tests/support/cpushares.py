@@ -17,10 +17,17 @@ class CpuShares:
     own CPUs: a cgroup per node with a CFS quota of `fraction` of one core. The slice does
     not depend on how many nodes exist, so a small and a large cluster run at the same
     per-node speed. cgroup v1 (cpu controller) and v2 both work; `reason()` says why not.
-    Processes forked later (SSH sessions) inherit their node's group."""
+    Processes forked later (SSH sessions) inherit their node's group.
 
-    def __init__(self, fraction: float) -> None:
+    A quota is a ceiling, not a floor: on a machine busy with other work a node may get less
+    than its slice. `weighted` also gives each node a CPU weight in proportion to its slice,
+    and the parent the sum of them (as many ordinary processes as full-slice nodes), so that
+    under contention the nodes still divide what they get in the ratio of their slices."""
+
+    def __init__(self, fraction: float, *, weighted: bool = False) -> None:
         self.fraction = fraction
+        self.weighted = weighted
+        self.weights: list[float] = []
         self.v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
         self.root = CGROUP_ROOT if self.v2 else CGROUP_ROOT / "cpu"
         self.parent = self.root / f"clusterkit-bench-{os.getpid()}"
@@ -56,11 +63,23 @@ class CpuShares:
         else:
             (group / "cpu.cfs_period_us").write_text(str(period))
             (group / "cpu.cfs_quota_us").write_text(str(quota))
+        if self.weighted:
+            weight = fraction / self.fraction
+            self.weights.append(weight)
+            self._weigh(group, weight)
+            self._weigh(self.parent, sum(self.weights))
         for pid in pids:
             try:
                 (group / "cgroup.procs").write_text(str(pid))
             except ProcessLookupError:
                 continue  # exited meanwhile
+
+    def _weigh(self, group: Path, processes: float) -> None:
+        """The weight of `processes` ordinary processes (v1 cpu.shares 1024, v2 weight 100)."""
+        if self.v2:
+            (group / "cpu.weight").write_text(str(max(1, min(10000, round(100 * processes)))))
+        else:
+            (group / "cpu.shares").write_text(str(max(2, min(262144, round(1024 * processes)))))
 
     def close(self) -> None:
         """Move what still runs back to the root group and remove the groups."""
@@ -82,6 +101,7 @@ class CpuShares:
         if self.parent.exists():
             self.parent.rmdir()
         self.groups = []
+        self.weights = []
 
     def __enter__(self) -> CpuShares:
         return self

@@ -9,6 +9,8 @@ import json
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,8 @@ def test_local_module_entry_gates_and_names_the_source(tmp_path: Path) -> None:
 # with ModuleNotFoundError (torch itself still loads, and warns).
 NO_NUMPY_SITECUSTOMIZE = """\
 import sys
+import threading
+import time
 
 
 class NoNumpy:
@@ -124,3 +128,47 @@ def test_bench_runs_on_nodes_without_numpy(tmp_path: Path, monkeypatch) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Numpy is not available" not in done.stderr
     assert parse_table(done.stdout)  # the rows of every size
+
+
+def test_a_group_measures_only_after_the_go(tmp_path: Path) -> None:
+    """--find-slow's barrier: rank 0 writes `ready` once the group has joined and times
+    nothing until `go` exists; the launcher's part is played here."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    stamps: dict[str, float] = {}
+
+    def launcher() -> None:
+        end = time.monotonic() + 110
+        while not (barrier / "ready").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        stamps["ready"] = time.monotonic()
+        time.sleep(2)  # the other groups are still joining
+        stamps["go"] = time.time()
+        (barrier / "go").touch()
+
+    thread = threading.Thread(target=launcher, daemon=True)
+    thread.start()
+    args = ("-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "-J", str(tmp_path / "r.json"))
+    done = _torchrun(tmp_path, *args, "--barrier-dir", str(barrier), "--barrier-timeout", "100")
+    thread.join(5)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "go" in stamps, "rank 0 never wrote the ready file"
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["started"] + result["duration_s"] > stamps["go"]  # timed after the go
+    assert "measuring anyway" not in done.stderr
+
+
+def test_a_group_without_a_go_measures_after_its_timeout_over_its_window(
+    tmp_path: Path,
+) -> None:
+    """No go: measured anyway. --fill 2: each block runs as many ops as fill 2 s."""
+    args = ("-b", "64K", "-e", "64K", "-n", "1", "-w", "1", "-J", str(tmp_path / "r.json"))
+    barrier = ("--barrier-dir", str(tmp_path), "--barrier-timeout", "2")
+    done = _torchrun(tmp_path, *args, *barrier, "--fill", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "ready").exists()
+    assert "no go within 2s: measuring anyway" in done.stderr
+    assert parse_table(done.stdout)["results"][0]["size"] == 65536
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["config"]["fill_seconds"] == 2
+    assert result["duration_s"] >= 2 + 2 * 2  # the wait for the go, then two full windows
