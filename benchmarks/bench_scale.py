@@ -60,7 +60,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import CpuShares, busy_cpu_seconds  # noqa: E402
-from clusterkit.probe.runner import collector_source  # noqa: E402
+from clusterkit.nodescript.compose import node_script  # noqa: E402
+from clusterkit.nodescript.run import script_argv  # noqa: E402
+from clusterkit.probe.runner import COLLECTOR  # noqa: E402
 from tests.support.netcluster import (  # noqa: E402
     NetCluster,
     node_python,
@@ -224,9 +226,11 @@ class Bench:
         return run_processes(self.ssh("true"))
 
     def ssh_probe(self) -> Run:
-        """OpenSSH running clusterkit's probe on every node (the check's node work)."""
-        python = shlex.quote(node_python())
-        return run_processes(self.ssh(f"{python} -S - '{{}}'"), stdin=collector_source())
+        """OpenSSH running clusterkit's probe on every node, started as clusterkit starts it
+        (the check's node work)."""
+        script = node_script(COLLECTOR).encode()
+        command = shlex.join(script_argv(node_python(), script, ["{}"]))
+        return run_processes(self.ssh(command), stdin=script)
 
     def clush(self) -> Run:
         nodes = ",".join(node.address for node in self.cluster)
@@ -316,11 +320,12 @@ def measure_size(
         tempfile.TemporaryDirectory(prefix="bench-scale-") as scratch,
     ):
         for node in cluster:  # sshd now; every session it starts later inherits the slice
-            own = master_cpu if node is cluster.nodes[0] else None  # node1: the master
+            master = node is cluster.nodes[0]  # node1: the master
+            own = max(master_cpu, fraction) if master and master_cpu else None
             shares.confine(node.name, pids_in_netns(node.netns), own)
         print(
             f"{size} nodes on {subnets} subnet(s), built in {time.monotonic() - started:.0f} s, "
-            f"each node {fraction:.4f} of a core, the master {master_cpu or fraction:.4f}",
+            f"each node {fraction:.4f} of a core, the master {max(master_cpu or 0, fraction):.4f}",
             flush=True,
         )
         bench = Bench(cluster, Path(scratch), mesh, connect_timeout)
