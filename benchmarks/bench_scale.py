@@ -22,8 +22,10 @@ brings its own CPUs: what grows with the node count is then the control side's w
     node's cores do in a fraction of a second: the master gets --master-cpu (0.1 of a core) at
     every size, the others the common slice, and every connect gets `network.connect_timeout`
     30 s at every size (--mesh-connect-timeout) rather than the 3 s meant for real nodes.
-(c) the check process's peak RSS (wait4's ru_maxrss), threads and open descriptors (sampled
-    from /proc every 50 ms), with and without the network stage; target under 400 MB.
+(c) the check process's peak RSS (its own VmHWM, written as it exits: wait4's ru_maxrss
+    would count this script's memory, which the child shares until it execs), threads and
+    open descriptors (sampled from /proc every 50 ms), with and without the network stage;
+    target under 400 MB.
 (d) benchmarks/bench_slow_node.py, when it exists, run as it is.
 (e) with --slurm N: the control side's cost per host over Slurm's tree instead of SSH, the
     path past one machine's SSH fan-out: `check --slurm --transport srun` against
@@ -75,6 +77,18 @@ NETWORK_TARGET = 2.0  # network stage (auto), largest / smallest size, at most
 MEMORY_TARGET_MB = 400.0  # the check process's peak RSS at the largest size, under
 RUN_TIMEOUT = 600.0
 KEX = "curve25519-sha256"
+# Runs clusterkit as `python -m clusterkit` does and, as it exits, writes its peak RSS (kB)
+# to the file named first.
+PEAK_RSS = (
+    "import atexit, runpy, sys\n"
+    "path = sys.argv.pop(1)\n"
+    "def peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            open(path, 'w').write(line.split()[1])\n"
+    "atexit.register(peak)\n"
+    "runpy.run_module('clusterkit', run_name='__main__', alter_sys=True)\n"
+)
 NODES_PER_SUBNET = 64  # rack-sized subnets: 32 nodes on one, 256 on four
 
 
@@ -247,10 +261,12 @@ class Bench:
         # The nodes' CPU slices make a handshake take seconds and a probe a minute: the same
         # 60 s the OpenSSH clients get to connect (clusterkit's bound covers the whole
         # handshake, ssh's only the TCP part), and the probe bounded no tighter than theirs.
-        argv = [sys.executable, "-m", "clusterkit", "check", str(self.inventory),
+        peak = self.scratch / "peak-rss"
+        argv = [sys.executable, "-c", PEAK_RSS, str(peak), "check", str(self.inventory),
                 "--format", "json", "--connect-timeout", "60", "--timeout", "600",
                 *extra]  # fmt: skip
         run = run_processes([argv], sample=True, stdout=report_path)
+        run.rss_mb = int(peak.read_text()) / 1024
         try:
             report = json.loads(report_path.read_text())
         except ValueError:
@@ -445,13 +461,14 @@ def measure_slurm(nodes: int, runs: int) -> dict[str, Series]:
             "srun": ["--slurm", "--transport", "srun", "--settings", str(settings_path)],
             "ssh": [str(inventory), "--slurm", "--transport", "ssh", "--connect-timeout", "60"],
         }
-        report = Path(scratch) / "report.json"
+        report, peak = Path(scratch) / "report.json", Path(scratch) / "peak-rss"
         try:
             for round_ in range(1, runs + 1):
                 for name, args in paths.items():
-                    argv = [sys.executable, "-m", "clusterkit", "check", "--format", "json",
-                            *args, "--skip", "network,bench,image"]  # fmt: skip
+                    argv = [sys.executable, "-c", PEAK_RSS, str(peak), "check", "--format",
+                            "json", *args, "--skip", "network,bench,image"]  # fmt: skip
                     run = run_processes([argv], sample=True, stdout=report, env=env)
+                    run.rss_mb = int(peak.read_text()) / 1024
                     hosts = json.loads(report.read_text())["hosts"].values()
                     reached = sum(1 for host in hosts if host["reachable"])
                     if reached != nodes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import tracemalloc
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -59,6 +60,29 @@ def sample_report(strict: bool = False) -> Report:
     }
     return Report("check", "inv.yaml", findings, hosts, stages={"network": "skipped by --skip"},
                   strict=strict, seconds=1.25)  # fmt: skip
+
+
+def test_json_of_a_full_mesh_at_256_nodes_takes_little_more_than_its_text() -> None:
+    """65,280 connect records, as a full mesh of 256 nodes reports: json.dumps with an indent
+    held three times the text in small strings at once (80 MB here)."""
+    pairs = [(a, b) for a in range(256) for b in range(256) if a != b]
+    connects = [
+        {"from": f"node{a}", "peer": f"node{b}", "port": 40000 + b, "result": "ok",
+         "detail": f"node{b}", "seconds": 0.0012, "round": 1}
+        for a, b in pairs
+    ]  # fmt: skip
+    report = sample_report()
+    report.details = {"network": {"connects": connects}}
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        text = render_json(report)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert json.loads(text)["details"]["network"]["connects"][-1]["peer"] == "node254"
+    assert text == json.dumps(report.to_dict(), indent=2, default=str) + "\n"  # same text
+    assert peak < 2.5 * len(text), f"{peak / 1e6:.0f} MB for {len(text) / 1e6:.0f} MB of JSON"
 
 
 def test_json_schema_keys_and_types() -> None:
