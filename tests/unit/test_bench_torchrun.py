@@ -6,6 +6,7 @@ Slow (torch start-up, a few seconds each) but local: no daemon, no root.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -29,15 +30,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _torchrun(tmp_path: Path, *args: str, module: bool = False) -> subprocess.CompletedProcess[str]:
+def _torchrun(
+    tmp_path: Path, *args: str, module: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     target = ["-m", "clusterkit.bench"] if module else [str(WORKER)]
     argv = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), *target, *args,
     ]  # fmt: skip
     return subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False
-    )
+        argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
 
 
 def test_three_ranks_table_parses_and_matches_json(tmp_path: Path) -> None:
@@ -62,6 +66,33 @@ def test_three_ranks_table_parses_and_matches_json(tmp_path: Path) -> None:
     assert table["out_of_bounds"] == {"count": 0, "status": "OK"}
     assert [d["rank"] for d in table["devices"]] == [0, 1, 2]
     assert sorted(done.stderr.count(f"rank {r} joined") for r in range(3)) == [1, 1, 1]
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_ranks_leave_without_the_interpreter_teardown(tmp_path: Path, module: bool) -> None:
+    """torch's c10d threads abort a finished rank in teardown now and then (SIGABRT after
+    the results): the worker leaves before it. An exit hook in every rank shows whether
+    the teardown ran."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, os\n"
+        "if 'LOCAL_RANK' in os.environ:\n"
+        f"    path = os.path.join({str(tmp_path)!r}, 'teardown-' + os.environ['LOCAL_RANK'])\n"
+        "    atexit.register(lambda: open(path, 'w').close())\n"
+    )
+    done = _torchrun(
+        tmp_path, "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", module=module,
+        env={"PYTHONPATH": f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Collective test concluded" in done.stdout  # flushed before leaving
+    assert sorted(p.name for p in tmp_path.glob("teardown-*")) == []
+    premise = subprocess.run(
+        [sys.executable, "-c", "pass"], env={**os.environ, "LOCAL_RANK": "9",
+        "PYTHONPATH": str(hooks)}, check=True, timeout=60,
+    )  # fmt: skip
+    assert premise.returncode == 0 and (tmp_path / "teardown-9").exists()
 
 
 def test_wrong_world_size_is_caught_before_timing(tmp_path: Path) -> None:
