@@ -45,6 +45,23 @@ def launch(path: Path, *options: str, job: tuple[str, ...] = (), timeout: float 
     )  # fmt: skip
 
 
+def communicate_all(processes: list[subprocess.Popen[str]], seconds: float) -> list[str]:
+    """Every process's output by one shared deadline; past it, all are killed and the
+    failure shows what each one printed (the one that hung is rarely the first)."""
+    end = time.monotonic() + seconds
+    outputs: list[str] = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=max(1.0, end - time.monotonic()))[0])
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            process.kill()
+        outputs += [process.communicate()[0] for process in processes[len(outputs) :]]
+        tails = [f"--- {p.args[-1]} ---\n{out[-2500:]}" for p, out in zip(processes, outputs)]
+        pytest.fail(f"no exit within {seconds:.0f} s:\n" + "\n".join(tails))
+    return outputs
+
+
 def run_id_of(stderr: str) -> str:
     found = re.search(r"launching run ([0-9a-f]+) on", stderr)
     assert found, stderr[-2000:]
@@ -258,7 +275,7 @@ def test_printed_commands_run_by_hand_form_the_same_job(
         )
         for node in nodes
     ]
-    outputs = [p.communicate(timeout=240)[0] for p in by_hand]
+    outputs = communicate_all(by_hand, seconds=240)
     master = nodes[0].address
     for rank, (process, output) in enumerate(zip(by_hand, outputs)):
         assert process.returncode == 0, output[-3000:]
