@@ -202,4 +202,7 @@ def test_a_group_without_a_go_measures_after_its_timeout_over_its_window(
     assert parse_table(done.stdout)["results"][0]["size"] == 65536
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["config"]["fill_seconds"] == 2
-    assert result["duration_s"] >= 2 + 2 * 2  # the wait for the go, then two full windows
+    # the wait for the go is exact; the windows are sized from a timed probe of one op, so
+    # their length follows the machine's load (a probe slowed by a busy moment sizes them
+    # short): only the wait is a bound
+    assert result["duration_s"] >= 2
