@@ -105,6 +105,12 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _as_from_a_terminal() -> None:
+    """SIGHUP at its default, as a shell on a terminal starts a command: clusterkit keeps a
+    SIGHUP that its parent ignores (a run under nohup), and so would a suite under nohup."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_provision_stops_ansible_on_sigterm_and_sighup(
     tmp_path: Path, signum: int, status: int
@@ -122,6 +128,7 @@ def test_provision_stops_ansible_on_sigterm_and_sighup(
     process = clusterkit(
         "provision", str(inventory), stdout=subprocess.DEVNULL,
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
     give_up = time.monotonic() + 60
     while not (started.exists() and started.read_text().endswith("\n")):
@@ -144,3 +151,17 @@ def test_an_error_message_is_always_one_line(capsys) -> None:
     _print_error("node3: probe failed: Traceback\nverdict: PASS\x1b[2J")
     err = capsys.readouterr().err
     assert err == "clusterkit: error: node3: probe failed: Traceback\\nverdict: PASS\\x1b[2J\n"
+
+
+def test_a_run_under_nohup_keeps_ignoring_sighup_and_stops_on_sigterm() -> None:
+    from clusterkit.__main__ import _stop, _stop_signals_like_ctrl_c
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN), signal.getsignal(signal.SIGTERM)
+    try:
+        with _stop_signals_like_ctrl_c():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is _stop
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN  # restored as found
+        assert signal.getsignal(signal.SIGTERM) is before[1]
+    finally:
+        signal.signal(signal.SIGHUP, before[0])
