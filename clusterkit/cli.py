@@ -368,6 +368,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         help=f"nodes per group with --find-slow (default {BenchSettings.find_slow_group})",
     )
     _add_bench_gate_options(parser)
+    _add_slurm_options(parser)
     _add_connection_options(parser)
     _add_report_options(parser)
     parser.set_defaults(handler="clusterkit.commands.bench:run")

@@ -12,10 +12,11 @@ from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.nccltests import write_json
 from clusterkit.bench.worker import DTYPES, parse_size
 from clusterkit.checks.model import Status
-from clusterkit.commands.common import connect_options, load_target
+from clusterkit.commands.common import connect_options, load_targets
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
 from clusterkit.report import Report, emit
+from clusterkit.slurm.check import slurm_stages, write_exclude_file
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.bench import BenchStage
 from clusterkit.stages.connect import ConnectStage
@@ -93,7 +94,7 @@ def failed_result(report: Report) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
-    inventory = load_target(args)
+    inventory, slurm = load_targets(args)
     settings = inventory.settings.bench
     deadline = Deadline.after(bench_timeout(args, settings))
     bench_options(args, settings, {})  # usage errors before any connection
@@ -106,7 +107,8 @@ def run(args: argparse.Namespace) -> ExitStatus:
         BenchStage(lambda session: bench_options(args, settings, session.facts), preflight=False),
     ]
     try:
-        run_stages(session, stages)
+        # On Slurm nodes over srun (inside an allocation): each stage in one job step.
+        run_stages(session, slurm_stages(args, slurm, stages))
     finally:
         session.close()
     report = build_report(session, "bench", seconds=time.monotonic() - started)
@@ -114,4 +116,6 @@ def run(args: argparse.Namespace) -> ExitStatus:
         result = (session.details.get("bench") or {}).get("result")
         write_json(result or failed_result(report), args.result_json)
     emit(report, args.format, args.output)
+    if args.exclude_file:
+        write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import netcluster, slurmcluster
+from tests.support.netcluster import NetCluster
 from tests.support.slurmcluster import SlurmCluster
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -65,10 +67,11 @@ def findings(report: dict[str, Any], status: str) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def allocation(slurm: SlurmCluster) -> Iterator[dict[str, str]]:
-    """A running 3-node allocation and the environment of a shell inside it (as salloc)."""
+def allocation(slurm: SlurmCluster, nodes: int = 3) -> Iterator[dict[str, str]]:
+    """A running allocation of the first `nodes` nodes and the environment of a shell inside
+    it (as salloc)."""
     job = slurm.run(
-        ["sbatch", "--parsable", "-N3", "--output=/dev/null", "--wrap", "sleep 600"]
+        ["sbatch", "--parsable", f"-N{nodes}", "--output=/dev/null", "--wrap", "sleep 600"]
     ).stdout.strip()
     deadline = time.monotonic() + 30
     while slurm.job_state(int(job)) != "RUNNING":
@@ -79,7 +82,7 @@ def allocation(slurm: SlurmCluster) -> Iterator[dict[str, str]]:
             **os.environ,
             **job_env(slurm),
             "SLURM_JOB_ID": job,
-            "SLURM_JOB_NODELIST": "node[1-3]",
+            "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
         }
     finally:
         slurm.run(["scancel", job], check=False)
@@ -232,3 +235,47 @@ def test_ctrl_c_during_the_check_leaves_no_step(
         while left_behind(slurm):
             assert time.monotonic() < deadline, left_behind(slurm)
             time.sleep(0.05)
+
+
+@pytest.fixture
+def four() -> Iterator[SlurmCluster]:
+    """A Slurm of four nodes: pairs need four to give every node different partners."""
+    reason = netcluster.unavailable_reason() or slurmcluster.unavailable_reason()
+    if reason:
+        pytest.skip(f"real Slurm cluster unavailable: {reason}")
+    with NetCluster(4) as net, SlurmCluster(net) as built:
+        yield built
+
+
+def test_bench_find_slow_runs_its_rounds_over_srun_and_measures_every_node(
+    four: SlurmCluster, tmp_path: Path
+) -> None:
+    """`bench --slurm` inside an allocation: the all-reduce, then the finder's rounds, each
+    group a torchrun per node started through that node's relay; no step outlives the run."""
+    bench = {**SWEEP, "find_slow_bytes": "256K", "find_slow_seconds": 1, "join_timeout": 120}
+    exclude = tmp_path / "exclude"
+    with allocation(four, nodes=4) as env:
+        done = subprocess.run(
+            [sys.executable, "-m", "clusterkit", "bench", "--slurm", "--find-slow",
+             "--group-size", "2", "--timeout", "900", "--format", "json",
+             "--settings", str(settings_file(tmp_path, bench=bench)),
+             "--exclude-file", str(exclude)],
+            capture_output=True, text=True, timeout=960, env=env, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    reachable = next(f for f in report["findings"] if f["id"] == "host.reachable")
+    assert "srun" in reachable["message"]
+    assert len({d["host"] for d in report["details"]["bench"]["result"]["devices"]}) == 4
+    finding = next(f for f in report["findings"] if f["id"] == "bench.slow-node")
+    slow = report["details"]["bench"]["find_slow"]
+    assert finding["status"] == "ok", (finding, slow)
+    assert slow["slow"] == [] and slow["round_count"] == slow["rounds_planned"] >= 2
+    assert sorted(slow["nodes"]) == ["node1", "node2", "node3", "node4"]
+    for entry in slow["rounds"]:  # every node measured in every round, in pairs, together
+        assert sorted(h for g in entry["groups"] for h in g["hosts"]) == sorted(slow["nodes"])
+        assert all(len(g["hosts"]) == 2 for g in entry["groups"])
+        assert all(g["busbw"] and g["together"] and not g["error"] for g in entry["groups"])
+    assert exclude.read_text() == ""  # a pass excludes nothing
+    assert four.steps() == []
+    assert left_behind(four) == []

@@ -93,7 +93,8 @@ def test_inventory_alongside_supplies_hosts_and_settings(tmp_path: Path) -> None
     assert target.inventory.settings.master_port == 29501
 
 
-def test_cli_exit_2_without_allocation_and_for_misplaced_flags() -> None:
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_cli_exit_2_without_allocation_and_for_misplaced_flags(command: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     for argv, message in (
         (["--slurm"], "not inside a Slurm allocation"),
@@ -101,7 +102,7 @@ def test_cli_exit_2_without_allocation_and_for_misplaced_flags() -> None:
         (["--settings", "x.yaml"], "--settings goes with --slurm"),
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "clusterkit", "check", *argv],
+            [sys.executable, "-m", "clusterkit", command, *argv],
             capture_output=True, text=True, env=env, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 2, done.stderr
