@@ -6,6 +6,7 @@ import logging
 import os
 import select
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -166,14 +167,21 @@ def _tunnel(
 
 
 _verifiers: dict[tuple[str, tuple[str, ...]], HostKeyVerifier] = {}
+_verifiers_lock = threading.Lock()
 
 
 def _verifier(endpoint: Endpoint) -> HostKeyVerifier:
-    """One verifier per (policy, files): known_hosts is read once per run, not per host."""
+    """One verifier per (policy, files): known_hosts is read once per run, not per host.
+    Hosts connect in parallel: without the lock two of them could each make one, and the
+    notices (a changed key under policy off) of the one replaced would be lost."""
     key = (endpoint.policy, endpoint.known_hosts)
-    if key not in _verifiers:
-        _verifiers[key] = HostKeyVerifier(endpoint.policy, list(endpoint.known_hosts))
-    return _verifiers[key]
+    with _verifiers_lock:
+        verifier = _verifiers.get(key)
+        if verifier is None:
+            verifier = _verifiers[key] = HostKeyVerifier(
+                endpoint.policy, list(endpoint.known_hosts)
+            )
+        return verifier
 
 
 def connect_all(

@@ -301,3 +301,37 @@ def test_off_still_reports_a_key_that_differs(tmp_path: Path, keys, capsys) -> N
     assert [host for host, _ in verifier.notices] == ["node1"]
     assert f"{known}:1" in verifier.notices[0][1]
     assert "node1: host key for 10.0.0.1 differs" in capsys.readouterr().err
+
+
+def test_hosts_connecting_at_once_share_one_verifier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second verifier would take the first one's place, and the notices (a changed key
+    under policy off) of hosts that used the first would be lost from the report."""
+    import threading
+    import types
+
+    from clusterkit.transport import connect
+
+    made: list[object] = []
+
+    class SlowVerifier:  # reading known_hosts takes a while: the window of the race
+        def __init__(self, policy: str, files: list[str]) -> None:
+            made.append(self)
+            threading.Event().wait(0.05)
+
+    monkeypatch.setattr(connect, "HostKeyVerifier", SlowVerifier)
+    monkeypatch.setattr(connect, "_verifiers", {})
+    endpoint = types.SimpleNamespace(policy="off", known_hosts=("known_hosts",))
+    start = threading.Barrier(8)
+    got: list[object] = []
+
+    def connect_one() -> None:
+        start.wait(timeout=30)
+        got.append(connect._verifier(endpoint))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=connect_one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(made) == 1 and len(got) == 8
+    assert all(verifier is made[0] for verifier in got)
