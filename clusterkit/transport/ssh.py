@@ -366,8 +366,13 @@ class SSHTransport:
             return
         try:
             self._exec(channel, script, deadline)
-            # The kill script prints nothing, so there is no output to drain here.
+            # The kill script prints nothing; whatever a login script prints is drained all
+            # the same (both streams), so a full window can never hold the exit status back.
             while not channel.exit_status_ready() and not deadline.expired:
+                while channel.recv_ready():
+                    channel.recv(_CHUNK)
+                while channel.recv_stderr_ready():
+                    channel.recv_stderr(_CHUNK)
                 time.sleep(0.02)
         except TransportError:
             return
