@@ -443,17 +443,12 @@ def measure_slurm(nodes: int, runs: int) -> dict[str, Series]:
         tempfile.TemporaryDirectory(prefix="bench-scale-") as scratch,
         NetCluster(nodes, subnets=max(1, nodes // NODES_PER_SUBNET)) as net,
         SlurmCluster(net) as slurm,
+        slurm.allocation(nodes) as job,
     ):
         settings = {"interface": "eth0"}
         inventory = net.inventory(Path(scratch) / "inventory.yaml", clusterkit=settings)
         settings_path = Path(scratch) / "settings.yaml"
         settings_path.write_text(yaml.safe_dump({"clusterkit": settings}))
-        job = slurm.run(
-            ["sbatch", "--parsable", f"-N{nodes}", "--output=/dev/null",
-             "--wrap", "sleep 100000000"]
-        ).stdout.strip()  # fmt: skip
-        while slurm.job_state(int(job)) != "RUNNING":
-            time.sleep(0.05)
         print(f"\nslurm: {nodes} nodes, job {job}, ready in {time.monotonic() - started:.0f} s")
         env = {**os.environ, "SLURM_CONF": str(slurm.conf), "SLURM_JOB_ID": job,
                "SLURM_JOB_NODELIST": f"node[1-{nodes}]"}  # fmt: skip
@@ -462,21 +457,18 @@ def measure_slurm(nodes: int, runs: int) -> dict[str, Series]:
             "ssh": [str(inventory), "--slurm", "--transport", "ssh", "--connect-timeout", "60"],
         }
         report, peak = Path(scratch) / "report.json", Path(scratch) / "peak-rss"
-        try:
-            for round_ in range(1, runs + 1):
-                for name, args in paths.items():
-                    argv = [sys.executable, "-c", PEAK_RSS, str(peak), "check", "--format",
-                            "json", *args, "--skip", "network,bench,image"]  # fmt: skip
-                    run = run_processes([argv], sample=True, stdout=report, env=env)
-                    run.rss_mb = int(peak.read_text()) / 1024
-                    hosts = json.loads(report.read_text())["hosts"].values()
-                    reached = sum(1 for host in hosts if host["reachable"])
-                    if reached != nodes:
-                        raise SystemExit(f"check over {name} reached {reached} of {nodes}")
-                    series[name].runs.append(run)
-                    print(f"  {nodes:>4} check {name:5} run {round_}: {describe(run)}", flush=True)
-        finally:
-            slurm.run(["scancel", job], check=False)
+        for round_ in range(1, runs + 1):
+            for name, args in paths.items():
+                argv = [sys.executable, "-c", PEAK_RSS, str(peak), "check", "--format",
+                        "json", *args, "--skip", "network,bench,image"]  # fmt: skip
+                run = run_processes([argv], sample=True, stdout=report, env=env)
+                run.rss_mb = int(peak.read_text()) / 1024
+                hosts = json.loads(report.read_text())["hosts"].values()
+                reached = sum(1 for host in hosts if host["reachable"])
+                if reached != nodes:
+                    raise SystemExit(f"check over {name} reached {reached} of {nodes}")
+                series[name].runs.append(run)
+                print(f"  {nodes:>4} check {name:5} run {round_}: {describe(run)}", flush=True)
     for name, one in series.items():
         print(
             f"  check over {name:4}: median {one.median():.2f} s, control CPU "

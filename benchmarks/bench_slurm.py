@@ -58,15 +58,10 @@ def main() -> int:
         tempfile.TemporaryDirectory() as tmp,
         NetCluster(options.nodes) as net,
         SlurmCluster(net) as slurm,
+        slurm.allocation(options.nodes) as job,
     ):
         settings = {"interface": "eth0"}
         inventory = net.inventory(Path(tmp) / "inv.yaml", clusterkit=settings)
-        job = slurm.run(
-            ["sbatch", "--parsable", f"-N{options.nodes}", "--output=/dev/null",
-             "--wrap", "sleep 100000000"]
-        ).stdout.strip()  # fmt: skip
-        while slurm.job_state(int(job)) != "RUNNING":
-            time.sleep(0.05)
         env = {
             **os.environ,
             "SLURM_CONF": str(slurm.conf),
@@ -89,7 +84,6 @@ def main() -> int:
                     print(f"  {scope:15} {name:5} {wall:6.2f} s  cpu {cpu:5.2f} s  exit {status}")
             srun, ssh = (statistics.median(walls[name]) for name in ("srun", "ssh"))
             print(f"{scope}: median srun {srun:.2f} s, ssh {ssh:.2f} s, srun/ssh {srun / ssh:.2f}")
-        slurm.run(["scancel", job], check=False)
     return 0
 
 

@@ -70,22 +70,13 @@ def findings(report: dict[str, Any], status: str) -> list[dict[str, Any]]:
 def allocation(slurm: SlurmCluster, nodes: int = 3) -> Iterator[dict[str, str]]:
     """A running allocation of the first `nodes` nodes and the environment of a shell inside
     it (as salloc)."""
-    job = slurm.run(
-        ["sbatch", "--parsable", f"-N{nodes}", "--output=/dev/null", "--wrap", "sleep 600"]
-    ).stdout.strip()
-    deadline = time.monotonic() + 30
-    while slurm.job_state(int(job)) != "RUNNING":
-        assert time.monotonic() < deadline, "allocation not granted"
-        time.sleep(0.05)
-    try:
+    with slurm.allocation(nodes) as job:
         yield {
             **os.environ,
             **job_env(slurm),
             "SLURM_JOB_ID": job,
             "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
         }
-    finally:
-        slurm.run(["scancel", job], check=False)
 
 
 def check_in(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -98,7 +89,7 @@ def check_in(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
 
 
 # Slurm's own daemons, and the allocation a test holds (its batch script and sleep).
-SLURM_OWN = ("slurmd ", "slurmstepd", "sleep 600", "/bin/sh /", "sleep 100000000")
+SLURM_OWN = ("slurmd ", "slurmstepd", "sleep infinity", "/bin/sh /")
 
 
 def left_behind(slurm: SlurmCluster) -> list[str]:

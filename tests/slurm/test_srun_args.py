@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -25,35 +24,28 @@ def test_srun_args_from_the_settings_reach_every_step(
 ) -> None:
     settings = tmp_path / "clusterkit.yaml"
     settings.write_text(yaml.safe_dump({"clusterkit": {"slurm": {"srun_args": SRUN_ARGS}}}))
-    job = slurm.run(
-        ["sbatch", "--parsable", "-N3", "--output=/dev/null", "--wrap", "sleep 600"]
-    ).stdout.strip()
-    deadline = time.monotonic() + 30
-    while slurm.job_state(int(job)) != "RUNNING":
-        assert time.monotonic() < deadline, "allocation not granted"
-        time.sleep(0.05)
-    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    env = {**os.environ, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "node[1-3]"}
-    args = argparse.Namespace(slurm=True, slurm_nodes=None, slurm_partition=None)
-    args.settings = str(settings)
-    target = slurm_target(args, None, env)
-    assert target.inventory.settings.slurm.srun_args == tuple(SRUN_ARGS)
+    with slurm.allocation(3) as job:
+        monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+        env = {**os.environ, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "node[1-3]"}
+        args = argparse.Namespace(slurm=True, slurm_nodes=None, slurm_partition=None)
+        args.settings = str(settings)
+        target = slurm_target(args, None, env)
+        assert target.inventory.settings.slurm.srun_args == tuple(SRUN_ARGS)
 
-    session = open_srun_session(target.inventory, target.job_id)
-    transports = session.transports()
-    script = 'echo "$SLURM_JOB_NAME|$SLURM_CPUS_PER_TASK|$SLURM_STEP_ID"'
-    try:
-        with session.phase("probe"):
-            results = parallel(
-                lambda host: transports[host].run(
-                    ["sh", "-c", script], deadline=Deadline.after(30)
-                ),
-                slurm.node_names,
-            )
-            steps = slurm.steps()
-    finally:
-        session.close()
-        slurm.run(["scancel", job], check=False)
+        session = open_srun_session(target.inventory, target.job_id)
+        transports = session.transports()
+        script = 'echo "$SLURM_JOB_NAME|$SLURM_CPUS_PER_TASK|$SLURM_STEP_ID"'
+        try:
+            with session.phase("probe"):
+                results = parallel(
+                    lambda host: transports[host].run(
+                        ["sh", "-c", script], deadline=Deadline.after(30)
+                    ),
+                    slurm.node_names,
+                )
+                steps = slurm.steps()
+        finally:
+            session.close()
     for host, result in zip(slurm.node_names, results, strict=True):
         assert not isinstance(result, BaseException), result
         name, cpus, step = result.stdout.decode().strip().split("|")

@@ -19,15 +19,8 @@ from tests.support.slurmcluster import SlurmCluster
 @pytest.fixture
 def allocation(slurm: SlurmCluster) -> Iterator[str]:
     """A running 3-node job to start steps in, as `salloc -N3` would give."""
-    job = slurm.run(
-        ["sbatch", "--parsable", "-N3", "--output=/dev/null", "--wrap", "sleep 600"]
-    ).stdout.strip()
-    deadline = time.monotonic() + 30
-    while slurm.job_state(int(job)) != "RUNNING":
-        assert time.monotonic() < deadline, "allocation not granted"
-        time.sleep(0.05)
-    yield job
-    slurm.run(["scancel", job], check=False)
+    with slurm.allocation(3) as job:
+        yield job
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.support.netcluster import NetCluster, NetClusterError, owner_alive, parallel
@@ -137,6 +137,24 @@ class SlurmCluster:
         """Submit a batch script; its job id."""
         done = self.run(["sbatch", "--parsable", *args, str(script)], env=env or {})
         return int(done.stdout.strip().split(";")[0])
+
+    @contextlib.contextmanager
+    def allocation(self, nodes: int, timeout: float = 60.0) -> Iterator[str]:
+        """A running job on the first `nodes` nodes to start steps in, as `salloc -N` would
+        give; its id. Cancelled on the way out."""
+        job = self.run(
+            ["sbatch", "--parsable", f"-N{nodes}", "--output=/dev/null",
+             "--wrap", "sleep infinity"]
+        ).stdout.strip()  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout
+            while (state := self.job_state(int(job))) != "RUNNING":
+                if time.monotonic() > deadline:
+                    raise NetClusterError(f"allocation {job} still {state} after {timeout:g} s")
+                time.sleep(0.05)
+            yield job
+        finally:
+            self.run(["scancel", job], check=False)
 
     def job_state(self, job: int) -> str:
         done = self.run(["scontrol", "show", "job", str(job)], check=False)
