@@ -10,9 +10,12 @@ brings its own CPUs: what grows with the node count is then the control side's w
                    exchange; OpenSSH's default post-quantum one costs 8x the CPU, see
                    bench_check.py): the least any SSH-based check costs;
       clush        ClusterShell `clush -f N true` with the same key, known_hosts and key exchange;
+      ssh python   N parallel `ssh root@ADDR python -S -c pass`, the nodes' interpreter started
+                   and nothing run: the least any check whose node side is Python costs;
       ssh probe    N parallel OpenSSH clients each running clusterkit's own probe on its node:
                    the same node work as the check, so check / this is the control side's cost.
-    Target (largest size): check within 1.25x of the faster of ssh true and clush.
+    Target (largest size): check within 1.25x of the faster of ssh true and clush. Each run
+    also counts the CPU every node spent (its sshd and all it started: the slices' cgroups).
 (b) the network stage (`check --skip bench,image --mesh MODE`, the stage's own seconds from
     the JSON report) with --mesh auto and --mesh full; target: auto at the largest size at most
     2x the smallest. Where this clusterkit has no --mesh, full is what it runs (auto: n/a).
@@ -63,7 +66,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import CpuShares, busy_cpu_seconds  # noqa: E402
 from clusterkit.nodescript.compose import node_script  # noqa: E402
-from clusterkit.nodescript.run import script_argv  # noqa: E402
+from clusterkit.nodescript.run import script_argv, script_stdin  # noqa: E402
 from clusterkit.probe.runner import COLLECTOR  # noqa: E402
 from tests.support.netcluster import (  # noqa: E402
     NetCluster,
@@ -105,6 +108,7 @@ class Run:
     threads: int = 0
     fds: int = 0
     stage_seconds: float | None = None
+    node_ms: float | None = None  # CPU each node spent on it (its sshd and all it started)
     problems: list[str] = field(default_factory=list)  # failed findings, unreachable hosts
     note: str = ""
 
@@ -239,12 +243,17 @@ class Bench:
     def ssh_true(self) -> Run:
         return run_processes(self.ssh("true"))
 
+    def ssh_python(self) -> Run:
+        """N parallel `ssh ADDR python -S -c pass` with the nodes' interpreter: the least any
+        check whose node side is Python costs."""
+        return run_processes(self.ssh(shlex.join([node_python(), "-S", "-c", "pass"])))
+
     def ssh_probe(self) -> Run:
         """OpenSSH running clusterkit's probe on every node, started as clusterkit starts it
         (the check's node work)."""
         script = node_script(COLLECTOR).encode()
         command = shlex.join(script_argv(node_python(), script, ["{}"]))
-        return run_processes(self.ssh(command), stdin=script)
+        return run_processes(self.ssh(command), stdin=script_stdin(script))
 
     def clush(self) -> Run:
         nodes = ",".join(node.address for node in self.cluster)
@@ -320,6 +329,7 @@ def measure_size(
     tools: dict[str, Callable[[Bench], Run]] = {
         "ssh true": Bench.ssh_true,
         "clush": Bench.clush,
+        "ssh python": Bench.ssh_python,
         "ssh probe": Bench.ssh_probe,
         "check": lambda bench: bench.static(None),
         **{f"check -f {n}": (lambda bench, n=n: bench.static(n)) for n in forks},
@@ -347,7 +357,10 @@ def measure_size(
         bench = Bench(cluster, Path(scratch), mesh, connect_timeout)
         for round_ in range(1, runs + 1):
             for name, tool in tools.items():
+                used = shares.used_seconds()
                 run = tool(bench)
+                if used is not None:
+                    run.node_ms = ((shares.used_seconds() or used) - used) / size * 1000
                 series[name].runs.append(run)
                 print(f"  {size:>4} {name:14} run {round_}: {describe(run)}", flush=True)
     return series
@@ -357,6 +370,8 @@ def describe(run: Run) -> str:
     text = f"{run.seconds:6.2f} s  control CPU {run.cpu:6.2f} s"
     if run.stage_seconds is not None:
         text += f"  stage {run.stage_seconds:6.2f} s"
+    if run.node_ms is not None:
+        text += f"  nodes {run.node_ms:5.1f} ms CPU each"
     if run.threads:
         text += f"  peak {run.rss_mb:5.0f} MB {run.threads:4} threads {run.fds:5} fds"
     cores = os.cpu_count() or 1
@@ -385,6 +400,11 @@ def summary(results: dict[int, dict[str, Series]]) -> bool:
             cells.append(f"{wall:8.2f}{failed} ({series.median('cpu'):6.2f})")
         print(f"  {name:16}" + "".join(f"{cell:>20}" for cell in cells))
     print("  (! : some runs did not pass, the median is of those that did; x : none passed)")
+    if all(run.node_ms is not None for run in results[sizes[-1]]["ssh true"].runs):
+        print("  CPU each node spent (ms, median):")
+        for name in names:
+            cells = [f"{results[size][name].median('node_ms'):.1f}" for size in sizes]
+            print(f"  {name:16}" + "".join(f"{cell:>20}" for cell in cells))
     print("  check process peak (MB / threads / fds):")
     for name in (n for n in names if n.startswith(("check", "network"))):
         cells = [
@@ -402,6 +422,9 @@ def summary(results: dict[int, dict[str, Series]]) -> bool:
     ok &= verdict(f"check / faster of ssh true and clush at {large}", check / faster, CHECK_TARGET)
     print(f"  (check / ssh probe, the same node work over OpenSSH: "
           f"{check / top['ssh probe'].median():.2f}x)")  # fmt: skip
+    if "ssh python" in top:
+        floor = top["ssh python"].median() / faster
+        print(f"  (ssh python / faster: {floor:.2f}x, the least a Python node side costs)")
     mode = "network auto" if "network auto" in top else None
     if len(sizes) > 1:
         for name in ("network auto", "network full"):

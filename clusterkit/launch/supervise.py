@@ -38,7 +38,7 @@ from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.nodescript.compose import node_script
-from clusterkit.nodescript.run import script_argv
+from clusterkit.nodescript.run import script_argv, script_stdin
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 
@@ -184,7 +184,7 @@ class Supervisor:
                 deadline=deadline,
                 start_by=Deadline.after(START_SECONDS),
             )
-            process.send(source)
+            process.send(script_stdin(source))
             while True:
                 with contextlib.suppress(queue.Empty):
                     while True:

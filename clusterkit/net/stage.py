@@ -27,7 +27,13 @@ from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
 from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args, subnets_of
 from clusterkit.nodescript import compose
-from clusterkit.nodescript.run import BOOTSTRAP, ScriptFailure, decode_result, failure_of
+from clusterkit.nodescript.run import (
+    ScriptFailure,
+    decode_result,
+    failure_of,
+    script_argv,
+    script_stdin,
+)
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
@@ -71,11 +77,12 @@ class NodeSessions:
         source = node_script()
 
         def one(host: str) -> dict[str, Any]:
-            argv = [interpreters[host], "-S", "-c", BOOTSTRAP, str(len(source))]
-            argv.append(json.dumps(dict(args[host], wait=wait)))
+            argv = script_argv(
+                interpreters[host], source, [json.dumps(dict(args[host], wait=wait))]
+            )
             process = self.transports[host].start(argv, deadline=self.deadline, start_by=until)
             self.processes[host] = process
-            process.send(source)
+            process.send(script_stdin(source))
             return self._report(process, until, "facts")
 
         return self._each(hosts, one)

@@ -25,6 +25,7 @@ from clusterkit.nodescript.run import (
     failure_of,
     run_node_script,
     script_argv,
+    script_stdin,
 )
 from clusterkit.probe.runner import probe_host
 from clusterkit.transport.base import CommandResult, Deadline
@@ -222,6 +223,35 @@ def test_the_bootstrap_refuses_a_script_cut_short_on_stdin() -> None:
     assert failure_of(result, "x").message == (
         "x failed (exit 1): clusterkit: the node script was cut short on stdin"
     )
+
+
+def _bootstrapped(text: bytes, code_of: bytes, magic: str) -> dict:
+    """Run the bootstrap on `text`, shipping the bytecode of `code_of` under `magic`."""
+    code = script_stdin(code_of)[len(code_of) :]
+    argv = script_argv(sys.executable, text, [])
+    argv[5:7] = [str(len(code)), magic]
+    result = LocalTransport("node1").run(argv, stdin=text + code, deadline=Deadline.after(30))
+    return decode_result(result.stdout, "the test script")
+
+
+def test_a_node_with_this_bytecode_runs_the_shipped_code_and_any_other_the_text() -> None:
+    """The text and the code differ here, so the answer says which one the node ran."""
+    text = compose(USES_PRELUDE + "emit({'ran': 'text', 'args': sys.argv[1:]})\n").encode()
+    other = compose(USES_PRELUDE + "emit({'ran': 'code', 'args': sys.argv[1:]})\n").encode()
+    magic = script_argv(sys.executable, text, [])[6]
+    assert _bootstrapped(text, other, magic) == {"ran": "code", "args": []}
+    assert _bootstrapped(text, other, "0d0d0a0d") == {"ran": "text", "args": []}
+
+
+def test_the_shipped_code_is_the_script_and_a_node_still_reports_a_syntax_error() -> None:
+    shipped = script_stdin(b"emit(1)\n")
+    assert len(shipped) > len(b"emit(1)\n")  # code was compiled and added
+    assert script_stdin(b"def broken(:\n") == b"def broken(:\n"  # nothing added: the node says
+    error = failure("def broken(:\n    pass\n")
+    assert error.failure == "exit" and "SyntaxError" in error.detail
+    # the shipped code keeps the name a traceback shows
+    error = failure("raise ValueError('boom')\n")
+    assert 'File "clusterkit-node-script"' in error.detail and "ValueError: boom" in error.detail
 
 
 def test_failure_of_a_finished_conversation() -> None:
