@@ -32,6 +32,13 @@ class CpuShares:
         self.root = CGROUP_ROOT if self.v2 else CGROUP_ROOT / "cpu"
         self.parent = self.root / f"clusterkit-bench-{os.getpid()}"
         self.groups: list[Path] = []
+        # cgroup v1 may mount cpuacct apart from cpu: the nodes' CPU time is counted there,
+        # in one group holding them all (v2 and a joint cpu,cpuacct mount count it in parent).
+        separate = CGROUP_ROOT / "cpuacct"
+        self.account: Path | None = None
+        joint = self.v2 or (self.root / "cpuacct.usage").exists()
+        if not joint and (separate / "cpuacct.usage").exists():
+            self.account = separate / self.parent.name
 
     @staticmethod
     def reason() -> str | None:
@@ -68,11 +75,29 @@ class CpuShares:
             self.weights.append(weight)
             self._weigh(group, weight)
             self._weigh(self.parent, sum(self.weights))
+        if self.account is not None:
+            self.account.mkdir(exist_ok=True)
         for pid in pids:
             try:
                 (group / "cgroup.procs").write_text(str(pid))
+                if self.account is not None:
+                    (self.account / "cgroup.procs").write_text(str(pid))
             except ProcessLookupError:
                 continue  # exited meanwhile
+
+    def used_seconds(self) -> float | None:
+        """CPU time the confined nodes (every process they started) have used so far; None
+        where this machine's cgroups do not count it."""
+        try:
+            if self.v2:
+                for line in (self.parent / "cpu.stat").read_text().splitlines():
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1]) / 1e6
+                return None
+            counted = self.account or self.parent
+            return int((counted / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
 
     def _weigh(self, group: Path, processes: float) -> None:
         """The weight of `processes` ordinary processes (v1 cpu.shares 1024, v2 weight 100)."""
@@ -83,12 +108,14 @@ class CpuShares:
 
     def close(self) -> None:
         """Move what still runs back to the root group and remove the groups."""
-        for group in self.groups:
+        accounts = [self.account] if self.account is not None and self.account.exists() else []
+        for group in [*self.groups, *accounts]:
+            root = group.parent if group in accounts else self.root
             give_up = time.monotonic() + 5.0
             while True:
                 for pid in (group / "cgroup.procs").read_text().split():
                     try:
-                        (self.root / "cgroup.procs").write_text(pid)
+                        (root / "cgroup.procs").write_text(pid)
                     except ProcessLookupError:
                         continue
                 try:
