@@ -66,7 +66,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import CpuShares, busy_cpu_seconds  # noqa: E402
 from clusterkit.nodescript.compose import node_script  # noqa: E402
-from clusterkit.nodescript.run import script_argv, script_stdin  # noqa: E402
+from clusterkit.nodescript.run import shipment  # noqa: E402
 from clusterkit.probe.runner import COLLECTOR  # noqa: E402
 from tests.support.netcluster import (  # noqa: E402
     NetCluster,
@@ -252,8 +252,8 @@ class Bench:
         """OpenSSH running clusterkit's probe on every node, started as clusterkit starts it
         (the check's node work)."""
         script = node_script(COLLECTOR).encode()
-        command = shlex.join(script_argv(node_python(), script, ["{}"]))
-        return run_processes(self.ssh(command), stdin=script_stdin(script))
+        argv, stdin = shipment(node_python(), script, ["{}"])
+        return run_processes(self.ssh(shlex.join(argv)), stdin=stdin)
 
     def clush(self) -> Run:
         nodes = ",".join(node.address for node in self.cluster)

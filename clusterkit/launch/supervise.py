@@ -38,7 +38,7 @@ from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.nodescript.compose import node_script
-from clusterkit.nodescript.run import script_argv, script_stdin
+from clusterkit.nodescript.run import shipment
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 
@@ -161,7 +161,7 @@ class Supervisor:
 
     # --- the node threads -------------------------------------------------------------
 
-    def _node_argv(self, node: _Node, source: bytes) -> list[str]:
+    def _node_shipment(self, node: _Node, source: bytes) -> tuple[list[str], bytes]:
         spec = {
             "token": self.token,
             "marker": f"{self.run_id}/{node.plan.node_rank}",
@@ -174,17 +174,16 @@ class Supervisor:
             "stacks": self.options.stacks,
         }
         python = self.pythons.get(node.host, "python3")
-        return script_argv(python, source, [json.dumps(spec)])
+        return shipment(python, source, [json.dumps(spec)])
 
     def _pump(self, node: _Node, source: bytes, deadline: Deadline) -> None:
         process: RemoteProcess | None = None
         try:
+            argv, stdin = self._node_shipment(node, source)
             process = node.transport.start(
-                self._node_argv(node, source),
-                deadline=deadline,
-                start_by=Deadline.after(START_SECONDS),
+                argv, deadline=deadline, start_by=Deadline.after(START_SECONDS)
             )
-            process.send(script_stdin(source))
+            process.send(stdin)
             while True:
                 with contextlib.suppress(queue.Empty):
                     while True:

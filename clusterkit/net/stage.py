@@ -31,8 +31,7 @@ from clusterkit.nodescript.run import (
     ScriptFailure,
     decode_result,
     failure_of,
-    script_argv,
-    script_stdin,
+    shipment,
 )
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
@@ -77,12 +76,12 @@ class NodeSessions:
         source = node_script()
 
         def one(host: str) -> dict[str, Any]:
-            argv = script_argv(
+            argv, stdin = shipment(
                 interpreters[host], source, [json.dumps(dict(args[host], wait=wait))]
             )
             process = self.transports[host].start(argv, deadline=self.deadline, start_by=until)
             self.processes[host] = process
-            process.send(script_stdin(source))
+            process.send(stdin)
             return self._report(process, until, "facts")
 
         return self._each(hosts, one)

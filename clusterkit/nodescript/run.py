@@ -53,15 +53,13 @@ def _bytecode(script: bytes) -> bytes:
     return marshal.dumps(code)
 
 
-def script_argv(interpreter: str, script: bytes, args: Sequence[str]) -> list[str]:
-    """The argv that runs `script` (its stdin: `script_stdin(script)`) with `args` on a node."""
-    code = str(len(_bytecode(script)))
-    return [interpreter, "-S", "-c", BOOTSTRAP, str(len(script)), code, _MAGIC, *args]
-
-
-def script_stdin(script: bytes) -> bytes:
-    """What a node script's process reads first from its stdin: its text and bytecode."""
-    return script + _bytecode(script)
+def shipment(interpreter: str, script: bytes, args: Sequence[str]) -> tuple[list[str], bytes]:
+    """The argv that runs `script` with `args` on a node, and what its stdin must start with
+    (the text, then the bytecode). One call gives both: marshal's bytes can differ from one
+    dump to the next, and the lengths in the argv must be those of the bytes sent."""
+    code = _bytecode(script)
+    argv = [interpreter, "-S", "-c", BOOTSTRAP, str(len(script)), str(len(code)), _MAGIC, *args]
+    return argv, script + code
 
 
 class ScriptFailure(Exception):
@@ -156,8 +154,8 @@ def run_node_script(
     """Run a composed node script (compose.py) behind BOOTSTRAP, bounded by `deadline`; its
     result object, or NodeScriptError naming the host and why."""
     data = script.encode()
-    argv = script_argv(interpreter, data, args)
-    result = transport.run(argv, stdin=script_stdin(data), deadline=deadline)
+    argv, stdin = shipment(interpreter, data, args)
+    result = transport.run(argv, stdin=stdin, deadline=deadline)
     try:
         return read_result(result, what, interpreter=interpreter, error_report=error_report)
     except ScriptFailure as failure:

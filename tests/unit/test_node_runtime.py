@@ -24,8 +24,7 @@ from clusterkit.nodescript.run import (
     decode_result,
     failure_of,
     run_node_script,
-    script_argv,
-    script_stdin,
+    shipment,
 )
 from clusterkit.probe.runner import probe_host
 from clusterkit.transport.base import CommandResult, Deadline
@@ -217,7 +216,7 @@ def test_the_scripts_own_error_report_is_its_message() -> None:
 
 def test_the_bootstrap_refuses_a_script_cut_short_on_stdin() -> None:
     data = compose(USES_PRELUDE + "emit({})\n").encode()
-    argv = script_argv(sys.executable, data + b"# more than was sent", [])
+    argv, _ = shipment(sys.executable, data + b"# more than was sent", [])
     result = LocalTransport("node1").run(argv, stdin=data, deadline=Deadline.after(30))
     assert result.exit_code == 1 and b"cut short on stdin" in result.stderr
     assert failure_of(result, "x").message == (
@@ -227,8 +226,9 @@ def test_the_bootstrap_refuses_a_script_cut_short_on_stdin() -> None:
 
 def _bootstrapped(text: bytes, code_of: bytes, magic: str) -> dict:
     """Run the bootstrap on `text`, shipping the bytecode of `code_of` under `magic`."""
-    code = script_stdin(code_of)[len(code_of) :]
-    argv = script_argv(sys.executable, text, [])
+    _, shipped = shipment(sys.executable, code_of, [])
+    code = shipped[len(code_of) :]
+    argv, _ = shipment(sys.executable, text, [])
     argv[5:7] = [str(len(code)), magic]
     result = LocalTransport("node1").run(argv, stdin=text + code, deadline=Deadline.after(30))
     return decode_result(result.stdout, "the test script")
@@ -238,15 +238,16 @@ def test_a_node_with_this_bytecode_runs_the_shipped_code_and_any_other_the_text(
     """The text and the code differ here, so the answer says which one the node ran."""
     text = compose(USES_PRELUDE + "emit({'ran': 'text', 'args': sys.argv[1:]})\n").encode()
     other = compose(USES_PRELUDE + "emit({'ran': 'code', 'args': sys.argv[1:]})\n").encode()
-    magic = script_argv(sys.executable, text, [])[6]
+    magic = shipment(sys.executable, text, [])[0][6]
     assert _bootstrapped(text, other, magic) == {"ran": "code", "args": []}
     assert _bootstrapped(text, other, "0d0d0a0d") == {"ran": "text", "args": []}
 
 
 def test_the_shipped_code_is_the_script_and_a_node_still_reports_a_syntax_error() -> None:
-    shipped = script_stdin(b"emit(1)\n")
-    assert len(shipped) > len(b"emit(1)\n")  # code was compiled and added
-    assert script_stdin(b"def broken(:\n") == b"def broken(:\n"  # nothing added: the node says
+    argv, stdin = shipment(sys.executable, b"emit(1)\n", ["x"])
+    assert argv[4:6] == ["8", str(len(stdin) - 8)] and len(stdin) > 8 and argv[-1] == "x"
+    # nothing added where the script does not compile: the node says why
+    assert shipment(sys.executable, b"def broken(:\n", [])[1] == b"def broken(:\n"
     error = failure("def broken(:\n    pass\n")
     assert error.failure == "exit" and "SyntaxError" in error.detail
     # the shipped code keeps the name a traceback shows
