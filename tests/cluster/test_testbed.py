@@ -7,6 +7,7 @@ import os
 import select
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -227,7 +228,13 @@ def test_nvidia_smi_fault_modes(cluster: NetCluster) -> None:
 def test_processes_shows_what_a_session_left_running(cluster: NetCluster) -> None:
     node = cluster.nodes[0]
     assert ssh(node, "setsid sleep 300 >/dev/null 2>&1 < /dev/null &").returncode == 0
-    assert [process.argv for process in node.processes()] == [("sleep", "300")]
+    # The session may end before setsid has exec'd sleep: wait for the exec, not a time.
+    give_up = time.monotonic() + 30
+    argvs = [process.argv for process in node.processes()]
+    while argvs == [("setsid", "sleep", "300")] and time.monotonic() < give_up:
+        time.sleep(0.05)
+        argvs = [process.argv for process in node.processes()]
+    assert argvs == [("sleep", "300")]
     cluster.reset()
     assert node.processes() == []
 
