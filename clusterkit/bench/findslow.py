@@ -34,6 +34,7 @@ from clusterkit.bench.worker import parse_size
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Host, Inventory
+from clusterkit.rundir import EACH_OWN_FOLDER
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
@@ -43,17 +44,23 @@ GO_S = 10.0  # to write the go files once told
 # Runs on a group's first node for the round: says `ready` once the worker's ready file is
 # there (or exits 3 when the run directory, once seen, is gone: the group ended), then writes
 # the go file when the launcher sends `go` (nothing when stdin closes without it).
-_HELPER = r"""
+_HELPER = (
+    EACH_OWN_FOLDER
+    + r"""
+found() { dir=$1; }
 seen=
 while :; do
-  [ -e "$1/ready" ] && break
-  if [ -d "$1" ]; then seen=1; elif [ -n "$seen" ]; then exit 3; fi
+  dir=
+  each_own_folder "$1" found
+  [ -n "$dir" ] && [ -e "$dir/ready" ] && break
+  if [ -n "$dir" ]; then seen=1; elif [ -n "$seen" ]; then exit 3; fi
   sleep 0.2
 done
 echo ready
-read -r word && [ "$word" = go ] && [ -d "$1" ] && : > "$1/go"
+read -r word && [ "$word" = go ] && [ -d "$dir" ] && : > "$dir/go"
 exit 0
 """
+)
 NO_GO = "no go within"  # the worker's log line when it measured without the go
 MIN_ROUND_S = 2 * KILL_GRACE_S  # a round with less time left could only be killed
 # Binds an ephemeral port on every address and prints it: the group's master port. The
@@ -166,7 +173,7 @@ def _run_round(
         runs = [NodeRun(host.name, rank) for rank, host in enumerate(group)]
         for run, host in zip(runs, group):
             tag = f"{run_id}-g{index + 1}-n{run.node_rank}"
-            run_dir = f"/tmp/clusterkit-bench-{tag}"
+            run_name = f"clusterkit-bench-{tag}"
             container = f"clusterkit-bench-{tag}" if world.image else None
             argv = node_argv(
                 host,
@@ -175,7 +182,7 @@ def _run_round(
                 nproc=world.nproc,
                 master=group[0].address,
                 port=port,
-                run_dir=run_dir,
+                run_name=run_name,
                 container=container,
                 image=world.image,
                 gpus=world.gpus,
@@ -185,7 +192,7 @@ def _run_round(
                 barrier_timeout=ready_window,
                 fill=options.find_slow_seconds,
             )
-            plans[host.name] = (run_dir, container, argv)
+            plans[host.name] = (run_name, container, argv)
         jobs.append(runs)
     leaders = [(group[0], plans[group[0].name][0]) for group, runs in zip(groups, jobs) if runs]
     barrier: dict[str, Any] = {}
@@ -228,8 +235,8 @@ def _release(
     until = Deadline(ready_by.at + GO_S)
 
     def begin(leader: tuple[Host, str]) -> RemoteProcess:
-        host, run_dir = leader
-        argv = ["sh", "-c", _HELPER, "clusterkit-go", run_dir]
+        host, run_name = leader
+        argv = ["sh", "-c", _HELPER, "clusterkit-go", run_name]
         return transports[host.name].start(argv, deadline=until, start_by=ready_by)
 
     def wait(process: RemoteProcess | BaseException) -> bool:

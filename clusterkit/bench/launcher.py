@@ -29,20 +29,27 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import BenchSettings, Host, Inventory
+from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR, folder_name, shell_line
 from clusterkit.transport.base import Deadline, Transport
 
 STAGE = "bench"
+RUN_USER = "{clusterkit_run_user}"  # the node script's uid:gid, for `docker run --user`
 KILL_GRACE_S = 6.0  # kill this long before the deadline so output can still come back
 FAILURE_GRACE_S = 2.0  # after a node fails, let the others report their own errors
 
-# Runs on the node: store the worker, run torchrun (or docker) in the background so its pid
-# can be recorded for the kill command, then print the NCCL logs and clean up.
+# Runs on the node: make the run's folder (private, fresh: clusterkit/rundir.py says why),
+# store the worker there, run torchrun (or docker) in the background so its pid can be
+# recorded for the kill command, then print the NCCL logs and clean up. $1 starts the
+# folder's name, $2 is the command as a shell line: "$dir" in it is the folder, "$user"
+# this user's uid:gid.
 _NODE_SCRIPT = r"""
-dir=$1; shift
-pid=
-trap 'kill -TERM "$pid" 2>/dev/null; rm -rf "$dir"; exit 143' TERM HUP INT
-mkdir -p "$dir" && cat > "$dir/worker.py" || {
-  echo "clusterkit-bench: error setup: cannot write $dir/worker.py" >&2; exit 97; }
+pid= dir=
+trap 'kill -TERM "$pid" 2>/dev/null; [ -n "$dir" ] && rm -rf "$dir"; exit 143' TERM HUP INT
+dir=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXXXXXX") && cat > "$dir/worker.py" || {
+  echo "clusterkit-bench: error setup: cannot make a private run folder in ${TMPDIR:-/tmp}" >&2
+  [ -n "$dir" ] && rm -rf "$dir"; exit 97; }
+user=$(id -u):$(id -g)
+eval "set -- $2"
 "$@" &
 pid=$!
 echo "$pid" > "$dir/launcher.kill"
@@ -57,21 +64,36 @@ rm -rf "$dir"
 exit "$rc"
 """
 
-# Ends every process recorded under the run directory: torchrun (launcher.kill) and each
-# rank, which torchrun starts in its own session (rank*.kill), plus the container if any.
-# `kill -TERM -PGID`, not `kill -TERM -- -PGID`: dash's kill takes no `--`. The node script
-# above cleans its run directory itself when its whole group is signalled (an interrupt
-# before the pids were recorded).
-_KILL_SCRIPT = r"""
-dir=$1; name=$2
+# Ends every process recorded in the run's folders: torchrun (launcher.kill) and each rank,
+# which torchrun starts in its own session (rank*.kill), plus the container if any. Only
+# folders and pid files that are this user's own are read (a decoy folder another user
+# made with the same name is not). `kill -TERM -PGID`, not `kill -TERM -- -PGID`: dash's
+# kill takes no `--`. The node script above cleans its run folder itself when its whole
+# group is signalled (an interrupt before the pids were recorded).
+_KILL_SCRIPT = (
+    EACH_OWN_FOLDER
+    + r"""
 pids=""
-for f in "$dir"/*.kill; do [ -f "$f" ] && pids="$pids $(cat "$f")"; done
+read_pids() {
+  for f in "$1"/*.kill; do
+    if [ -f "$f" ] && [ ! -h "$f" ] && [ -O "$f" ]; then pids="$pids $(head -c 32 "$f")"; fi
+  done
+}
+each_own_folder "$1" read_pids
+name=$2
 if [ -n "$name" ]; then docker kill "$name" >/dev/null 2>&1; fi
-for p in $pids; do kill -TERM "-$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done
+for p in $pids; do
+  case $p in *[!0-9]*|'') continue;; esac
+  kill -TERM "-$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null
+done
 sleep 1
-for p in $pids; do kill -KILL "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+for p in $pids; do
+  case $p in *[!0-9]*|'') continue;; esac
+  kill -KILL "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
+done
 echo "killed:$pids"
 """
+)
 
 
 @dataclass(frozen=True)
@@ -174,7 +196,7 @@ def node_argv(
     nproc: int,
     master: str,
     port: int,
-    run_dir: str,
+    run_name: str,
     container: str | None,
     image: str | None,
     gpus: bool,
@@ -184,9 +206,11 @@ def node_argv(
     barrier_timeout: float | None = None,
     fill: float | None = None,
 ) -> list[str]:
-    """The argv one node runs (the transport quotes it). With `barrier_timeout` the group
-    measures only after the launcher's go (see worker._await_go); with `fill` each timed
-    block lasts that many seconds (worker._fill_iters)."""
+    """The argv one node runs (the transport quotes it): its run folder's name starts with
+    `run_name`. With `barrier_timeout` the group measures only after the launcher's go (see
+    worker._await_go); with `fill` each timed block lasts that many seconds
+    (worker._fill_iters)."""
+    run_dir = RUN_DIR
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{run_dir}/nccl.%h.%p.log"}
     if interface:
         env["GLOO_SOCKET_IFNAME"] = interface
@@ -213,6 +237,8 @@ def node_argv(
     ]  # fmt: skip
     if image:
         docker = ["docker", "run", "--rm", "--name", container or "clusterkit-bench"]
+        # as this user: the run folder is this user's alone (mode 0700)
+        docker += ["--user", RUN_USER]
         if gpus:
             docker += ["--gpus", "all"]
         docker += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1"]
@@ -225,7 +251,8 @@ def node_argv(
     else:
         interpreter = host.python_interpreter or "python3"
         command = ["env", *(f"{k}={v}" for k, v in env.items()), interpreter, *torchrun, *worker]
-    return ["sh", "-c", _NODE_SCRIPT, "clusterkit-bench", run_dir, *command]
+    line = shell_line(command, {RUN_DIR: "dir", RUN_USER: "user"})
+    return ["sh", "-c", _NODE_SCRIPT, "clusterkit-bench", folder_name(run_name), line]
 
 
 @dataclass(frozen=True)
@@ -282,7 +309,7 @@ def launch_bench(
     runs = [NodeRun(host.name, rank) for rank, host in enumerate(world.hosts)]
     plans: dict[str, tuple[str, str | None, list[str]]] = {}
     for run, host in zip(runs, world.hosts):
-        run_dir = f"/tmp/clusterkit-bench-{run_id}-n{run.node_rank}"
+        run_name = f"clusterkit-bench-{run_id}-n{run.node_rank}"
         container = f"clusterkit-bench-{run_id}-n{run.node_rank}" if world.image else None
         argv = node_argv(
             host,
@@ -291,7 +318,7 @@ def launch_bench(
             nproc=world.nproc,
             master=options.master_addr or world.hosts[0].address,
             port=options.master_port or inventory.settings.master_port,
-            run_dir=run_dir,
+            run_name=run_name,
             container=container,
             image=world.image,
             gpus=world.gpus,
@@ -299,7 +326,7 @@ def launch_bench(
             interface=inventory.settings.interface,
             options=options,
         )
-        plans[run.host] = (run_dir, container, argv)
+        plans[run.host] = (run_name, container, argv)
     interrupted = supervise(transports, [runs], plans, deadline)
     findings, result = judge(runs, inventory, options, world.nproc, deadline)
     table = format_table(result) if result else ""
@@ -345,8 +372,8 @@ def supervise(
         def kill(run: NodeRun) -> None:
             if run.ended_at is not None and run.ok:
                 return
-            run_dir, container, _ = plans[run.host]
-            argv = ["sh", "-c", _KILL_SCRIPT, "clusterkit-kill", run_dir, container or ""]
+            run_name, container, _ = plans[run.host]
+            argv = ["sh", "-c", _KILL_SCRIPT, "clusterkit-kill", run_name, container or ""]
             # A node that is gone cannot be reached; its own `timeout -k` ends the rest.
             with contextlib.suppress(TransportError):
                 transports[run.host].run(argv, deadline=kill_deadline)

@@ -24,7 +24,9 @@ from clusterkit.launch.plan import render_print as render_plan
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.net.plan import NetworkOptions
 from clusterkit.report import emit
+from clusterkit.report.escape import printable
 from clusterkit.report.progress import progress
+from clusterkit.safefiles import PrivateFolder, UnsafePathError
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.connect import ConnectStage
 from clusterkit.stages.launch import LaunchStage
@@ -54,6 +56,14 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
         )
     inventory = load_target(args)
     options = supervise_options(args)
+    try:
+        return launch(args, inventory, options)
+    finally:
+        if options.log_dir is not None:
+            options.log_dir.close()
+
+
+def launch(args: argparse.Namespace, inventory: Inventory, options: SuperviseOptions) -> int:
     gate = open_gate(args, inventory)
     try:
         if gate.status is not ExitStatus.PASSED:
@@ -92,13 +102,7 @@ def note(text: str) -> None:
 
 
 def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
-    log_dir = None
-    if args.log_dir:
-        log_dir = Path(args.log_dir)
-        try:
-            log_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"--log-dir {args.log_dir}: {error.strerror}") from None
+    log_dir = open_folder("--log-dir", args.log_dir) if args.log_dir else None
     return SuperviseOptions(
         hang_timeout=args.hang_timeout,
         stop_grace=args.stop_grace,
@@ -249,19 +253,31 @@ def image_run_args(configured: tuple[str, ...] | None, details: dict[str, Any]) 
     return DEFAULT_RUN_ARGS
 
 
+def open_folder(flag: str, directory: str) -> PrivateFolder:
+    """The folder of --log-dir or --print-dir, made private when new; refused when another
+    user could plant or swap what clusterkit writes there."""
+    try:
+        return PrivateFolder.open(directory)
+    except OSError as error:
+        raise UsageError(folder_error(flag, directory, error)) from None
+
+
+def folder_error(flag: str, directory: str, error: OSError) -> str:
+    detail = str(error) if isinstance(error, UnsafePathError) else error.strerror or str(error)
+    return printable(f"{flag} {directory}: {detail}")
+
+
 def print_plan(plan: list[NodeLaunch], directory: str | None) -> None:
     if directory:
-        folder = Path(directory)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            for node in plan:
-                env_path = folder / f"{node.host}.env"
-                env_path.write_text(node.env_file())
-                script = folder / f"{node.host}.sh"
-                script.write_text(node.script(str(env_path.resolve())))
-                script.chmod(0o755)
-        except OSError as error:
-            raise UsageError(f"--print-dir {directory}: {error.strerror}") from None
+        with open_folder("--print-dir", directory) as folder:
+            try:
+                for node in plan:  # host names are checked file names (inventory loading)
+                    env_name = f"{node.host}.env"
+                    folder.write(env_name, node.env_file(), 0o600)
+                    script = node.script(str(folder.child(env_name)))
+                    folder.write(f"{node.host}.sh", script, 0o700)
+            except OSError as error:
+                raise UsageError(folder_error("--print-dir", directory, error)) from None
     sys.stdout.write(render_plan(plan, directory or "."))
 
 
@@ -282,8 +298,13 @@ def report_outcome(outcome: JobOutcome, options: SuperviseOptions) -> None:
             lines.append(f"clusterkit: no stacks from {', '.join(hang.missing)}")
         if options.log_dir is not None:
             lines.append(f"clusterkit: stack dumps in {options.log_dir}/stacks-HOST-RANK.txt")
+        for dropped in hang.malformed:
+            lines.append(f"clusterkit: malformed stack dump from {dropped}")
     lines.append(f"clusterkit: exit status {outcome.status}")
-    text = "\n".join(lines)
+    text = "\n".join(printable(line) for line in lines)  # node text: one line each, inert
     note(text)
     if options.log_dir is not None:
-        (options.log_dir / "outcome.txt").write_text(text + "\n")
+        try:
+            options.log_dir.write("outcome.txt", text + "\n")
+        except OSError as error:
+            note(printable(f"clusterkit: --log-dir: outcome.txt not written: {error}"))

@@ -13,6 +13,11 @@ inherits, and:
 - end of stdin (the control side died, or its connection did) also ends the job;
 - when torchrun ends, kills whatever the job left behind, removes its run folder and exits.
 
+The run folder (torchrun's logs, the flight recorder's dumps, the faulthandler hook below)
+is made here, fresh and private (mkdtemp: a random name, mode 0700), never one that existed:
+another user of the node who made it first would own what the ranks import from it. The
+plan says the spec's placeholder wherever the folder goes; it is replaced here.
+
 Processes of the job are found by the marker in /proc/PID/environ, so ranks torchrun starts
 in sessions of their own, their children, and processes inside the container are all found.
 A rank is a marked process with GROUP_RANK (torchrun sets it for workers) whose parent has
@@ -40,6 +45,7 @@ from clusterkit.nodescript.prelude import (
     find_tool,
     kill_group,
     parent_pid,
+    private_folder,
     run_bounded,
 )
 
@@ -103,7 +109,7 @@ class Runner:
         self.spec = spec
         self.token = spec["token"].encode()
         self.marker = ("%s=%s" % (MARKER, spec["marker"])).encode()
-        self.run_dir = spec["run_dir"]
+        self.run_dir = ""  # made by start()
         self.write_lock = threading.Lock()
         self.stop_requested = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
@@ -140,29 +146,35 @@ class Runner:
 
     # --- start --------------------------------------------------------------------------
 
+    def in_run_dir(self, value):
+        """A planned value with the run folder's placeholder replaced by its path."""
+        return value.replace(self.spec["run_dir_placeholder"], self.run_dir)
+
     def environment(self):
         env = dict(os.environ)
-        env.update(self.spec["env"])
+        env.update({name: self.in_run_dir(value) for name, value in self.spec["env"].items()})
         env[MARKER] = self.spec["marker"]
         if self.py_spy is None:
             site = os.path.join(self.run_dir, "site")
             stacks = os.path.join(self.run_dir, "stacks")
-            os.makedirs(site, exist_ok=True)
-            os.makedirs(stacks, exist_ok=True)
-            with open(os.path.join(site, "sitecustomize.py"), "w") as handle:
+            os.mkdir(site, 0o700)
+            os.mkdir(stacks, 0o700)
+            path = os.path.join(site, "sitecustomize.py")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as handle:
                 handle.write(SITECUSTOMIZE)
             env["PYTHONPATH"] = site + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             env[STACK_DIR_VARIABLE] = stacks
         return env
 
     def start(self):
-        os.makedirs(self.run_dir, exist_ok=True)
+        self.run_dir = private_folder(self.spec["run_name"])
         tool = self.spec.get("stacks") or "auto"
         self.py_spy = None if tool == "faulthandler" else find_py_spy()
         if tool == "py-spy" and self.py_spy is None:
             raise OSError("py-spy is not installed on this node (--stacks py-spy)")
         self.child = subprocess.Popen(
-            as_this_user(self.spec["argv"]),
+            as_this_user([self.in_run_dir(part) for part in self.spec["argv"]]),
             cwd=self.spec.get("workdir") or None,
             env=self.environment(),
             stdin=subprocess.DEVNULL,
@@ -290,6 +302,10 @@ class Runner:
         signal_all(self.job_pids(), signal.SIGKILL)
         return len(left)
 
+    def remove_run_dir(self):
+        if self.run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
     def job_pids(self):
         pids = set(marked_processes(self.marker))
         if self.child is not None and self.child.poll() is None:
@@ -312,6 +328,7 @@ class Runner:
         try:
             self.start()
         except OSError as error:
+            self.remove_run_dir()
             self.control({"event": "exit", "code": 127, "error": "cannot start: %s" % error})
             return 0
         child = self.child
@@ -337,7 +354,7 @@ class Runner:
         container = self.spec.get("container")
         if container:  # whatever state the engine holds it in: gone with the job
             docker_quiet(["rm", "--force", container])
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.remove_run_dir()
         report = {"event": "exit", "code": code, "stopped": stopped, "leftovers": leftovers}
         if code is None:
             report["error"] = "the job's process %d did not end after SIGKILL" % child.pid

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.checks.parity import torch_cuda
+from clusterkit.rundir import RUN_DIR, folder_name, make_folder_line, shell_line, shell_word
 from clusterkit.versions import parse_version
 
 TORCHRUN = ("-m", "torch.distributed.run")
@@ -46,6 +47,11 @@ VARIABLE_REASONS = {
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "prefix every rank's output line with its global rank",
     "PYTHONUNBUFFERED": "ranks print at once, so output (and the hang detector) sees progress",
 }
+RUN_DIR_VARIABLE = "CLUSTERKIT_RUN_DIR"
+RUN_DIR_REASON = (
+    "this run's folder on the node (torchrun's logs, flight recorder dumps): made fresh, "
+    "mode 0700, so no other user of the node can plant or read anything in it"
+)
 FLIGHT_RECORDER_SINCE = (2, 5)
 FLIGHT_RECORDER_RENAMED = (2, 8)  # TORCH_NCCL_TRACE_* -> TORCH_FR_* (the old names warn)
 ASYNC_ERROR_NAME_SINCE = (2, 2)
@@ -82,35 +88,40 @@ class LaunchSettings:
     image_run_args: tuple[str, ...] = ()  # the image's own `docker run` flags
     gpus: bool = False  # `--gpus all` in the container
     workdir: str | None = None  # cd here on the node (mounted into the container)
-    run_dir: str = "/tmp/clusterkit-launch"  # node-side scratch: torchrun's logs, dumps
     run_id: str = "job"
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class NodeLaunch:
-    """One node's share of the job: run `argv` with `env` added to the environment."""
+    """One node's share of the job: run `argv` with `env` added to the environment. RUN_DIR
+    in them stands for the run folder the node makes private when it starts (`run_name`
+    begins its name; clusterkit/rundir.py says why)."""
 
     host: str
     node_rank: int
     argv: tuple[str, ...]
     env: dict[str, str]
     container: str | None
-    run_dir: str
+    run_name: str
     workdir: str | None
 
     @property
     def command_line(self) -> str:
-        return shlex.join(self.argv)
+        """The argv for sh, the run folder as "$CLUSTERKIT_RUN_DIR" (the env file makes it)."""
+        return shell_line(self.argv, {RUN_DIR: RUN_DIR_VARIABLE})
 
     def env_file(self) -> str:
-        """A shell-sourceable env file (`set -a; . FILE; set +a`), every value quoted."""
+        """A shell-sourceable env file (`set -a; . FILE; set +a`), every value quoted. It
+        makes the run folder first, fresh and private, as clusterkit's own launch does."""
         lines = [f"# clusterkit launch: node {self.host}, node rank {self.node_rank}"]
+        lines.append(f"# {RUN_DIR_REASON}")
+        lines.append(make_folder_line(self.run_name, RUN_DIR_VARIABLE))
         for name, value in self.env.items():
             reason = VARIABLE_REASONS.get(name)
             if reason:
                 lines.append(f"# {reason}")
-            lines.append(f"{name}={shlex.quote(value)}")
+            lines.append(f"{name}={shell_word(value, {RUN_DIR: RUN_DIR_VARIABLE})}")
         lines.append("# debugging only (uncomment when chasing a problem):")
         for name, value, reason in DEBUG_SUGGESTIONS:
             lines.append(f"# {name}={value}  # {reason}")
@@ -143,7 +154,7 @@ def ranks_per_node(
     return max(1, min(counts)) if counts else 1
 
 
-def job_environment(settings: LaunchSettings, node_rank: int, run_dir: str) -> dict[str, str]:
+def job_environment(settings: LaunchSettings, node_rank: int) -> dict[str, str]:
     """The variables every rank of this node gets (see VARIABLE_REASONS for why)."""
     nnodes = len(settings.nodes)
     env = {
@@ -165,18 +176,18 @@ def job_environment(settings: LaunchSettings, node_rank: int, run_dir: str) -> d
     if version is None or version >= FLIGHT_RECORDER_RENAMED:
         env["TORCH_FR_BUFFER_SIZE"] = str(FLIGHT_RECORDER_ENTRIES)
         env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
-        env["TORCH_FR_DUMP_TEMP_FILE"] = f"{run_dir}/nccl_trace_rank_"
+        env["TORCH_FR_DUMP_TEMP_FILE"] = f"{RUN_DIR}/nccl_trace_rank_"
     elif version >= FLIGHT_RECORDER_SINCE:
         env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = str(FLIGHT_RECORDER_ENTRIES)
         env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
-        env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{run_dir}/nccl_trace_rank_"
+        env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{RUN_DIR}/nccl_trace_rank_"
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = LINE_PREFIX_TEMPLATE
     env["PYTHONUNBUFFERED"] = "1"
     env.update(settings.extra_env)
     return env
 
 
-def torchrun_args(settings: LaunchSettings, node_rank: int, run_dir: str) -> list[str]:
+def torchrun_args(settings: LaunchSettings, node_rank: int) -> list[str]:
     return [
         *TORCHRUN,
         "--nnodes", str(len(settings.nodes)),
@@ -186,7 +197,7 @@ def torchrun_args(settings: LaunchSettings, node_rank: int, run_dir: str) -> lis
         "--master-port", str(settings.master_port),
         "--max-restarts", "0",
         "--rdzv-conf", f"timeout={settings.join_timeout}",
-        "--log-dir", f"{run_dir}/torchrun",
+        "--log-dir", f"{RUN_DIR}/torchrun",
         "--tee", "3",
     ]  # fmt: skip
 
@@ -199,14 +210,14 @@ def build_plan(settings: LaunchSettings) -> list[NodeLaunch]:
         raise ValueError("a launch needs a script to run")
     plan = []
     for rank, node in enumerate(settings.nodes):
-        run_dir = f"{settings.run_dir}-{settings.run_id}-n{rank}"
-        env = job_environment(settings, rank, run_dir)
-        torchrun = torchrun_args(settings, rank, run_dir)
+        run_name = folder_name(f"clusterkit-launch-{settings.run_id}-n{rank}")
+        env = job_environment(settings, rank)
+        torchrun = torchrun_args(settings, rank)
         container = None
         if settings.image:
             container = f"clusterkit-launch-{settings.run_id}-n{rank}"
             argv = [
-                *docker_prefix(settings, container, run_dir, [*env, MARKER_VARIABLE, "PYTHONPATH"]),
+                *docker_prefix(settings, container, [*env, MARKER_VARIABLE, "PYTHONPATH"]),
                 settings.image,
                 "python3",
                 *torchrun,
@@ -215,14 +226,12 @@ def build_plan(settings: LaunchSettings) -> list[NodeLaunch]:
         else:
             argv = [node.python, *torchrun, *settings.script]
         plan.append(
-            NodeLaunch(node.name, rank, tuple(argv), env, container, run_dir, settings.workdir)
+            NodeLaunch(node.name, rank, tuple(argv), env, container, run_name, settings.workdir)
         )
     return plan
 
 
-def docker_prefix(
-    settings: LaunchSettings, container: str, run_dir: str, passed: Sequence[str]
-) -> list[str]:
+def docker_prefix(settings: LaunchSettings, container: str, passed: Sequence[str]) -> list[str]:
     """`docker run` with the image's own run flags (shm/ipc, host network, memlock), the
     variables passed through from the caller's environment, and the run (and work) folder."""
     argv = ["docker", "run", "--rm", "--init", "--name", container]
@@ -235,7 +244,7 @@ def docker_prefix(
         argv += ["--gpus", "all"]
     for name in passed:
         argv += ["-e", name]
-    argv += ["-v", f"{run_dir}:{run_dir}"]
+    argv += ["-v", f"{RUN_DIR}:{RUN_DIR}"]
     if settings.workdir:
         argv += ["-v", f"{settings.workdir}:{settings.workdir}", "-w", settings.workdir]
     return argv

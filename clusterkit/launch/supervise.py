@@ -30,7 +30,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 from clusterkit.errors import TransportError
@@ -39,6 +38,9 @@ from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.nodescript.compose import node_script
 from clusterkit.nodescript.run import shipment
+from clusterkit.report.escape import printable
+from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
+from clusterkit.safefiles import PrivateFolder
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 
@@ -49,20 +51,23 @@ STOP_MARGIN = 8.0  # beyond the stop grace, before a node's process group is kil
 NODE_TIMEOUT = 60.0  # no byte from a node (heartbeats come every 5 s): it is lost
 LAST_LINES = 20  # kept per rank for the failure report
 HUNG_STATUS = 124  # like timeout(1): the job was stopped because it made no progress
-_RANK_LINE = re.compile(rb"^\[rank(\d+)\]:(.*)$", re.S)
+_RANK_LINE = re.compile(rb"^\[rank(\d{1,9})\]:(.*)$", re.S)  # a rank, not a 5000-digit number
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|watchdog timeout", re.I)
 
-# Ends every process carrying the job's marker on this node: the backstop when the node
-# process cannot be reached any more to do it (killed, wedged).
-SWEEP_SCRIPT = r"""
+# Ends every process carrying the job's marker on this node, and removes the run's folders:
+# the backstop when the node process cannot be reached any more to do it (killed, wedged).
+SWEEP_SCRIPT = (
+    r"""
 marker=$1
 for d in /proc/[0-9]*; do
   if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$marker"; then
     kill -KILL "${d#/proc/}" 2>/dev/null
   fi
 done
-true
 """
+    + EACH_OWN_FOLDER
+    + """each_own_folder "$2" rm -rf --\ntrue\n"""
+)
 
 
 def node_source() -> bytes:
@@ -77,7 +82,7 @@ class SuperviseOptions:
     stacks: str = "auto"  # how ranks' stacks are read: auto, py-spy, faulthandler
     node_timeout: float = NODE_TIMEOUT
     time_limit: float | None = None  # None: as long as it runs
-    log_dir: Path | None = None
+    log_dir: PrivateFolder | None = None  # checked and held open by the caller
     out: TextIO | None = None  # where `host/rank: line` goes (default: stdout)
     note: Callable[[str], None] = print  # clusterkit's own messages
 
@@ -88,6 +93,7 @@ class HangReport:
     stacks: list[stacks.RankStack]
     missing: list[str]  # hosts whose dumps did not come back
     reason: str
+    malformed: list[str] = field(default_factory=list)  # "host: what was dropped"
 
     @property
     def summary(self) -> str:
@@ -124,6 +130,7 @@ class _Node:
     heard_at: float = field(default_factory=time.monotonic)
     agent_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     dump: list[dict[str, Any]] | None = None
+    dump_problems: list[str] = field(default_factory=list)  # entries dropped as malformed
     stacks_method: str | None = None
 
     @property
@@ -148,6 +155,7 @@ class Supervisor:
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self.last_lines: dict[tuple[str, int], deque[str]] = {}
         self.logs: dict[tuple[str, int | None], TextIO] = {}
+        self.log_failed = False  # --log-dir became unwritable: told once, then left alone
         self.failures: list[failures.Failure] = []
         self.failed_at: float | None = None
         self.stopping_since: float | None = None
@@ -167,7 +175,8 @@ class Supervisor:
             "marker": f"{self.run_id}/{node.plan.node_rank}",
             "argv": list(node.plan.argv),
             "env": node.plan.env,
-            "run_dir": node.plan.run_dir,
+            "run_name": node.plan.run_name,
+            "run_dir_placeholder": RUN_DIR,
             "workdir": node.plan.workdir,
             "container": node.plan.container,
             "stop_grace": self.options.stop_grace,
@@ -263,8 +272,10 @@ class Supervisor:
 
     def _line(self, node: _Node, raw: bytes) -> None:
         if raw.startswith(self.token.encode() + b" "):
-            with contextlib.suppress(ValueError):
-                self._control(node, json.loads(raw[len(self.token) + 1 :]))
+            with contextlib.suppress(ValueError, RecursionError):
+                message = json.loads(raw[len(self.token) + 1 :])
+                if isinstance(message, dict):
+                    self._control(node, message)
             return
         match = _RANK_LINE.match(raw)
         rank = int(match[1]) if match else None
@@ -287,15 +298,17 @@ class Supervisor:
     def _control(self, node: _Node, message: dict[str, Any]) -> None:
         event = message.get("event")
         if event == "started":
-            node.stacks_method = message.get("stacks")
+            method = message.get("stacks")
+            node.stacks_method = method if isinstance(method, str) else None
         elif event == "dump":
-            node.dump = list(message.get("ranks") or [])
+            node.dump, node.dump_problems = stacks.checked_entries(message.get("ranks"))
         elif event == "exit":
-            node.exit_code = message.get("code")
+            code = message.get("code")
+            node.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
             node.reported_at = time.monotonic()
             if message.get("error"):
                 node.error = str(message["error"])
-                self.options.note(f"clusterkit: {node.host}: {node.error}")
+                self.options.note(printable(f"clusterkit: {node.host}: {node.error}"))
             if node.exit_code != 0 and not node.stopped_by_us:
                 by_rank = {r: list(v) for (h, r), v in self.last_lines.items() if h == node.host}
                 by_rank[-1] = list(node.agent_lines)[-LAST_LINES:]
@@ -368,11 +381,15 @@ class Supervisor:
             for entry in node.dump or []
         ]
         groups = stacks.group_ranks(parsed)
-        self.hang = HangReport(groups, parsed, missing, self.hang_reason)
-        if self.options.log_dir is not None:
-            for stack in parsed:
-                path = self.options.log_dir / f"stacks-{stack.host}-{stack.rank}.txt"
-                path.write_text(stack.render())
+        dropped = [f"{n.host}: {why}" for n in self.nodes.values() for why in n.dump_problems]
+        self.hang = HangReport(groups, parsed, missing, self.hang_reason, dropped)
+        self._write_log(lambda folder: self._write_stacks(folder, parsed))
+
+    @staticmethod
+    def _write_stacks(folder: PrivateFolder, parsed: list[stacks.RankStack]) -> None:
+        for stack in parsed:
+            # Only checked values name the file: the host from the plan, the rank an int.
+            folder.write(f"stacks-{stack.host}-{stack.rank:d}.txt", stack.render())
 
     def _abandon(self) -> None:
         """A second Ctrl-C: stop waiting for confirmations; the sweep still runs."""
@@ -389,7 +406,7 @@ class Supervisor:
             def sweep(node: _Node = node, marker: str = marker) -> None:
                 with contextlib.suppress(TransportError):
                     node.transport.run(
-                        ["sh", "-c", SWEEP_SCRIPT, "clusterkit-sweep", marker],
+                        ["sh", "-c", SWEEP_SCRIPT, "clusterkit-sweep", marker, node.plan.run_name],
                         deadline=Deadline.after(10.0),
                     )
 
@@ -400,15 +417,27 @@ class Supervisor:
             thread.join(12.0)
 
     def _log(self, host: str, rank: int | None, text: str) -> None:
-        if self.options.log_dir is None:
+        def write(folder: PrivateFolder) -> None:
+            handle = self.logs.get((host, rank))
+            if handle is None:
+                name = f"{host}-{rank:d}.log" if rank is not None else f"{host}-torchrun.log"
+                handle = self.logs[(host, rank)] = folder.open_new(name)
+            handle.write(text + "\n")
+            handle.flush()
+
+        self._write_log(write)
+
+    def _write_log(self, write: Callable[[PrivateFolder], object]) -> None:
+        """Write into --log-dir, if any; a failure (a full disk, a file others planted) is
+        told once and ends the logging, never the supervision of the job."""
+        folder = self.options.log_dir
+        if folder is None or self.log_failed:
             return
-        handle = self.logs.get((host, rank))
-        if handle is None:
-            name = f"{host}-{rank}.log" if rank is not None else f"{host}-torchrun.log"
-            handle = open(self.options.log_dir / name, "a", encoding="utf-8")  # noqa: SIM115
-            self.logs[(host, rank)] = handle
-        handle.write(text + "\n")
-        handle.flush()
+        try:
+            write(folder)
+        except OSError as error:
+            self.log_failed = True
+            self.options.note(printable(f"clusterkit: --log-dir: no more logs written: {error}"))
 
     # --- the verdict --------------------------------------------------------------------
 

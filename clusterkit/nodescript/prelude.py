@@ -53,6 +53,16 @@ def read_text(path, default=None):
         return default
 
 
+def private_folder(name):
+    # type: (str) -> str
+    """A fresh folder only this user can enter, under the node's TMPDIR: `name`, a dot and
+    a random suffix, mode 0700, never one that existed (mkdtemp). Nothing another user of
+    the node prepared can then be run, read or signalled from it."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=name + ".", dir=os.environ.get("TMPDIR") or "/tmp")
+
+
 def parent_pid(pid):
     # type: (int) -> int | None
     """The parent of a process, from /proc (None when it is gone)."""

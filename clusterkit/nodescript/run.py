@@ -17,26 +17,32 @@ from clusterkit import framing
 from clusterkit.errors import TransportError
 from clusterkit.transport.base import CommandResult, Deadline, Transport
 
-# How every node script starts: `python -S -c BOOTSTRAP LENGTH CODE_LENGTH MAGIC [ARGS]`,
-# on stdin the script's text and then, CODE_LENGTH bytes, the same script compiled here and
-# marshalled. A node whose interpreter has this one's bytecode MAGIC loads that (compiling
-# the probe's 30 kB costs a node 12 ms of CPU, a third of its Python work); any other compiles
-# the text, as one string, which costs less than `python -` (which tokenizes from the stream).
-# It reads exactly the bytes announced, so stdin stays open for a conversation that follows
-# (the network and launch stages talk to their script). -S: node scripts are stdlib only (the
-# probe adds site-packages itself), and skipping site saves each node every .pth file's cost.
+# How every node script starts: `python -S -c BOOTSTRAP LENGTH CODE_LENGTH ARGS_LENGTH MAGIC`,
+# on stdin the script's text, then CODE_LENGTH bytes of the same script compiled here and
+# marshalled, then ARGS_LENGTH bytes of its arguments (each ended by a NUL). The arguments
+# travel on stdin, never in the argv: every user of a node can read a command line in /proc,
+# and a script's arguments may name a run's secrets (the launch token) or its folders.
+# A node whose interpreter has this one's bytecode MAGIC loads the code (compiling the
+# probe's 30 kB costs a node 12 ms of CPU, a third of its Python work); any other compiles
+# the text, as one string, which costs less than `python -` (which tokenizes from the
+# stream). It reads exactly the bytes announced, so stdin stays open for a conversation that
+# follows (the network and launch stages talk to their script). -S: node scripts are stdlib
+# only (the probe adds site-packages itself), and skipping site saves each node every .pth
+# file's cost.
 BOOTSTRAP = (
     "import os,sys\n"
-    "n=int(sys.argv[1]);m=n+int(sys.argv[2]);s=b''\n"
+    "n=int(sys.argv[1]);c=n+int(sys.argv[2]);m=c+int(sys.argv[3]);s=b''\n"
     "while len(s)<m:\n"
-    " c=os.read(0,m-len(s))\n"
-    " if not c:sys.exit('clusterkit: the node script was cut short on stdin')\n"
-    " s+=c\n"
-    "if m>n and getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'')"
-    ".hex()==sys.argv[3]:\n"
-    " import marshal;s=marshal.loads(s[n:])\n"
+    " r=os.read(0,m-len(s))\n"
+    " if not r:sys.exit('clusterkit: the node script was cut short on stdin')\n"
+    " s+=r\n"
+    "a=[x.decode('utf-8','surrogateescape') for x in s[c:m].split(b'\\0')[:-1]]\n"
+    "if c>n and getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'')"
+    ".hex()==sys.argv[4]:\n"
+    " import marshal;s=marshal.loads(s[n:c])\n"
     "else:s=compile(s[:n],'clusterkit-node-script','exec')\n"
-    "del sys.argv[1:4]\n"
+    "sys.argv[1:]=a\n"
+    "del a,c,m,n\n"
     "exec(s)\n"
 )
 _MAGIC = importlib.util.MAGIC_NUMBER.hex()
@@ -54,12 +60,14 @@ def _bytecode(script: bytes) -> bytes:
 
 
 def shipment(interpreter: str, script: bytes, args: Sequence[str]) -> tuple[list[str], bytes]:
-    """The argv that runs `script` with `args` on a node, and what its stdin must start with
-    (the text, then the bytecode). One call gives both: marshal's bytes can differ from one
-    dump to the next, and the lengths in the argv must be those of the bytes sent."""
+    """The argv that runs `script` with `args` on a node, and what its stdin must start
+    with: the text, the bytecode, the arguments (none of them in the argv). One call gives
+    both: marshal's bytes can differ from one dump to the next, and the lengths in the argv
+    must be those of the bytes sent."""
     code = _bytecode(script)
-    argv = [interpreter, "-S", "-c", BOOTSTRAP, str(len(script)), str(len(code)), _MAGIC, *args]
-    return argv, script + code
+    packed = b"".join(arg.encode("utf-8", "surrogateescape") + b"\0" for arg in args)
+    lengths = [str(len(script)), str(len(code)), str(len(packed))]
+    return [interpreter, "-S", "-c", BOOTSTRAP, *lengths, _MAGIC], script + code + packed
 
 
 class ScriptFailure(Exception):

@@ -148,7 +148,7 @@ def test_killing_the_worker_on_one_node_names_it_and_leaves_nothing(
     def kill_node2_rank() -> None:
         end = time.monotonic() + 60
         while time.monotonic() < end:
-            files = glob.glob("/tmp/clusterkit-bench-*-n1/rank1.kill")
+            files = glob.glob("/tmp/clusterkit-bench-*-n1.*/rank1.kill")
             if files:
                 time.sleep(8)  # torch imported, group joined, timing under way
                 pid = int(Path(files[0]).read_text())

@@ -282,7 +282,7 @@ def test_printed_commands_run_by_hand_form_the_same_job(
         assert f"[rank{rank}]:joined rank={rank} world={NODES} master={master}:29500" in output
         assert f"[rank{rank}]:done rank={rank} sum_of_ranks=3" in output
     # torchrun by hand leaves its log folder: this run's only (others may be running)
-    run_id = re.search(r"/tmp/clusterkit-launch-([0-9a-f]+)-n0/torchrun", done.stdout)
+    run_id = re.search(r"/clusterkit-launch-([0-9a-f]+)-n0\.XXXXXXXXXX", done.stdout)
     assert run_id, done.stdout[-2000:]
     for folder_left in glob.glob(f"/tmp/clusterkit-launch-{run_id[1]}-*"):
         subprocess.run(["rm", "-rf", folder_left], check=False)
@@ -354,3 +354,46 @@ def test_a_node_that_goes_silent_is_lost_and_the_rest_stopped(
     # Back on the network, node3 learns its connection is gone and stops its own share.
     subprocess.run(["ip", "link", "set", node3.host_veth, "up"], check=True)
     wait_until_clean(cluster, run_id_of(stderr), seconds=90)
+
+
+def test_a_hostile_job_finds_no_token_and_a_run_folder_only_root_can_enter(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """Every rank looks for the control token in every command line on its node (any user
+    can read them) and forges the node process's exit report with what it finds; it finds
+    nothing, so the job runs to its end. Its run folder was made fresh: 0700, root's own."""
+    done = launch(inventory(cluster, tmp_path), job=("--steps", "2", "--hunt"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_id = run_id_of(done.stderr)
+    for rank, node in enumerate(cluster.nodes[:NODES]):
+        hunted = re.search(rf"{node.name}/{rank}: hunt tokens=(\d+) (.*)", done.stdout)
+        assert hunted, done.stdout[-3000:]
+        assert hunted[1] == "0"
+        assert hunted[2].startswith(
+            f"run_dir_mode=700 run_dir_uid=0 run_dir_name=clusterkit-launch-{run_id}-n{rank}."
+        )
+        assert f"{node.name}/{rank}: done rank={rank} sum_of_ranks=3" in done.stdout
+    wait_until_clean(cluster, run_id)
+
+
+def test_a_sigkilled_node_process_is_swept_with_its_run_folder(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """node2's node process dies by SIGKILL mid-job: node2 is lost, the rest is stopped, and
+    the sweep leaves no process and no run folder on any node."""
+    argv = launch_argv(
+        inventory(cluster, tmp_path), job=("--steps", "100000", "--step-seconds", "0.1")
+    )
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("node2/1: step "):
+            break
+    torchrun = [p for p in cluster.nodes[1].processes() if "torch.distributed.run" in p.command]
+    assert torchrun, [p.command for p in cluster.nodes[1].processes()]
+    runner = int(Path(f"/proc/{torchrun[0].pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(runner, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 3, stderr[-2000:]
+    assert "node2 was lost" in stderr
+    wait_until_clean(cluster, run_id_of(stderr), seconds=60)

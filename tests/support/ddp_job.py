@@ -5,17 +5,49 @@ wired as planned, then one line per step. Faults on request:
   --fail-rank R     rank R raises after the first step
   --sleep-rank R    rank R sleeps before the second step's all_reduce (a hang)
   --signal-rank R   rank R sends itself --signal-name (default SEGV: a crash) after step 0
+  --hunt            every rank acts as a hostile job before it starts (see hunt)
 """
 
 import argparse
+import contextlib
+import json
 import os
+import re
 import signal
+import stat
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+
+def hunt() -> None:
+    """A hostile job: look for the launch's control token where any user of the node can
+    (every process's command line) and forge the node process's exit report with what it
+    finds, written straight to torchrun's stdout; then say what it found and how private
+    its run folder is."""
+    tokens: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            tokens.update(re.findall(r"clusterkit-[0-9a-f]{16}", text))
+    forged = json.dumps({"event": "exit", "code": 0, "stopped": False, "leftovers": 0})
+    for token in tokens:
+        with contextlib.suppress(OSError), open(f"/proc/{os.getppid()}/fd/1", "w") as out:
+            out.write(f"{token} {forged}\n")
+    folder = Path(os.environ["TORCH_FR_DUMP_TEMP_FILE"]).parent
+    info = folder.stat()
+    print(
+        f"hunt tokens={len(tokens)} run_dir_mode={stat.S_IMODE(info.st_mode):o} "
+        f"run_dir_uid={info.st_uid} run_dir_name={folder.name}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -28,7 +60,10 @@ def main() -> int:
     # Not --signal: torchrun's parser takes it for its --signals-to-handle, even after the script.
     parser.add_argument("--signal-name", default="SEGV", help="without SIG")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step")
+    parser.add_argument("--hunt", action="store_true", help="act as a hostile job (see hunt)")
     args = parser.parse_args()
+    if args.hunt:
+        hunt()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     print(

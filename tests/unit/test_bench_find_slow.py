@@ -3,9 +3,11 @@ names a slow or failing node from recorded per-group bandwidths."""
 
 from __future__ import annotations
 
+
 import itertools
 import math
 import random
+import shlex
 
 import pytest
 
@@ -274,15 +276,16 @@ def test_a_group_reads_the_slowest_rank_and_wrong_data_fails_it() -> None:
 
 def test_groups_wait_for_the_go_only_when_asked() -> None:
     def argv(barrier: float | None) -> list[str]:
-        return node_argv(
+        line = node_argv(
             Host("n1", "10.0.0.1"), 0, nodes=2, nproc=1, master="10.0.0.1", port=40001,
-            run_dir="/tmp/x", container=None, image=None, gpus=False, interface=None,
+            run_name="clusterkit-bench-x", container=None, image=None, gpus=False, interface=None,
             options=BenchOptions(), barrier_timeout=barrier,
-        )  # fmt: skip
+        )[-1]  # fmt: skip
+        return shlex.split(line)  # the node's shell expands "$dir": its private run folder
 
     assert "--barrier-dir" not in argv(None)
     command = argv(30.0)
-    assert command[command.index("--barrier-dir") + 1] == "/tmp/x"
+    assert command[command.index("--barrier-dir") + 1] == "$dir"
     assert command[command.index("--barrier-timeout") + 1] == "30"
     assert command[command.index("--master-port") + 1] == "40001"
 

@@ -68,7 +68,7 @@ def test_the_node_process_reaps_a_job_that_outlives_its_stop(
     """torchrun still there after the stop: KILLed after the bound, its status reported."""
     monkeypatch.setattr(launch_node, "CHILD_WAIT_SECONDS", 0.5)
     runner = launch_node.Runner(
-        {"token": "t", "marker": "test/0", "run_dir": str(tmp_path), "stop_grace": 0}
+        {"token": "t", "marker": "test/0", "run_name": "clusterkit-launch-t-n0", "stop_grace": 0}
     )
     child = subprocess.Popen(["sleep", "600"])
     started = time.monotonic()

@@ -106,12 +106,12 @@ def test_bench_container_gets_the_rdma_devices() -> None:
     from clusterkit.bench.launcher import BenchOptions, node_argv
     from clusterkit.inventory.model import Host
 
-    def argv(infiniband: bool) -> list[str]:
+    def argv(infiniband: bool) -> str:
         return node_argv(
             Host("n1", "10.0.0.1"), 0, nodes=2, nproc=8, master="10.0.0.1", port=29500,
-            run_dir="/tmp/x", container="c", image="img", gpus=True, interface=None,
+            run_name="clusterkit-bench-x", container="c", image="img", gpus=True, interface=None,
             options=BenchOptions(), infiniband=infiniband,
-        )  # fmt: skip
+        )[-1]  # fmt: skip
 
     assert "/dev/infiniband" in argv(True) and "/dev/infiniband" not in argv(False)
 

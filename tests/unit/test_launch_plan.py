@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,7 @@ from clusterkit.launch.plan import (
     ranks_per_node,
     render_print,
 )
+from clusterkit.rundir import RUN_DIR
 
 
 def settings(**changes) -> LaunchSettings:
@@ -128,13 +132,23 @@ def test_env_file_and_script_survive_a_real_shell(tmp_path) -> None:
     env_path = tmp_path / "node2.env"
     env_path.write_text(node.env_file())
     script = node.script(str(env_path)).replace(
-        f"exec {node.command_line}", 'env; printf "%s\\n" "$@"'
+        f"exec {node.command_line}", f'env; printf "%s\\0" {node.command_line}'
     )
-    done = subprocess.run(["sh", "-c", script, "sh"], capture_output=True, text=True, check=True)
-    seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    done = subprocess.run(
+        ["sh", "-c", script, "sh"], capture_output=True, text=True, check=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    env_text, _, argv_text = done.stdout.rpartition("\n")
+    seen = dict(line.split("=", 1) for line in env_text.splitlines() if "=" in line)
+    # the env file made the run folder itself: fresh, private, under the node's TMPDIR
+    folder = Path(seen["CLUSTERKIT_RUN_DIR"])
+    assert folder.parent == tmp_path and folder.name.startswith("clusterkit-launch-abc-n1.")
+    assert folder.is_dir() and stat.S_IMODE(folder.stat().st_mode) == 0o700
     for name, value in node.env.items():
-        assert seen[name] == value
-    assert shlex.split(node.command_line) == list(node.argv)
+        assert seen[name] == value.replace(RUN_DIR, str(folder))
+    assert "TORCH_FR_DUMP_TEMP_FILE" in node.env  # a value that names the folder was tried
+    assert argv_text.split("\0")[:-1] == [part.replace(RUN_DIR, str(folder)) for part in node.argv]
+    assert f"{folder}/torchrun" in argv_text
 
 
 def test_print_shows_every_node_env_and_command() -> None:

@@ -229,7 +229,8 @@ def _bootstrapped(text: bytes, code_of: bytes, magic: str) -> dict:
     _, shipped = shipment(sys.executable, code_of, [])
     code = shipped[len(code_of) :]
     argv, _ = shipment(sys.executable, text, [])
-    argv[5:7] = [str(len(code)), magic]
+    argv[5] = str(len(code))
+    argv[7] = magic
     result = LocalTransport("node1").run(argv, stdin=text + code, deadline=Deadline.after(30))
     return decode_result(result.stdout, "the test script")
 
@@ -238,14 +239,14 @@ def test_a_node_with_this_bytecode_runs_the_shipped_code_and_any_other_the_text(
     """The text and the code differ here, so the answer says which one the node ran."""
     text = compose(USES_PRELUDE + "emit({'ran': 'text', 'args': sys.argv[1:]})\n").encode()
     other = compose(USES_PRELUDE + "emit({'ran': 'code', 'args': sys.argv[1:]})\n").encode()
-    magic = shipment(sys.executable, text, [])[0][6]
+    magic = shipment(sys.executable, text, [])[0][7]
     assert _bootstrapped(text, other, magic) == {"ran": "code", "args": []}
     assert _bootstrapped(text, other, "0d0d0a0d") == {"ran": "text", "args": []}
 
 
 def test_the_shipped_code_is_the_script_and_a_node_still_reports_a_syntax_error() -> None:
     argv, stdin = shipment(sys.executable, b"emit(1)\n", ["x"])
-    assert argv[4:6] == ["8", str(len(stdin) - 8)] and len(stdin) > 8 and argv[-1] == "x"
+    assert argv[4:7] == ["8", str(len(stdin) - 10), "2"] and stdin.endswith(b"x\0")
     # nothing added where the script does not compile: the node says why
     assert shipment(sys.executable, b"def broken(:\n", [])[1] == b"def broken(:\n"
     error = failure("def broken(:\n    pass\n")
@@ -253,6 +254,21 @@ def test_the_shipped_code_is_the_script_and_a_node_still_reports_a_syntax_error(
     # the shipped code keeps the name a traceback shows
     error = failure("raise ValueError('boom')\n")
     assert 'File "clusterkit-node-script"' in error.detail and "ValueError: boom" in error.detail
+
+
+def test_a_scripts_arguments_travel_on_stdin_never_in_its_command_line() -> None:
+    """Every user of a node reads command lines in /proc: a launch token or a run folder
+    named there could be raced or forged. The script still sees its arguments, whatever
+    they hold (empty, spaces, newlines, non-UTF-8 bytes)."""
+    secret = "clusterkit-" + "5e" * 8
+    args = [secret, "", "two words", "line\nbreak", "caf\udce9"]
+    text = compose(USES_PRELUDE + "emit({'args': sys.argv[1:]})\n").encode()
+    argv, stdin = shipment(sys.executable, text, args)
+    assert not any(secret in part for part in argv) and secret.encode() in stdin
+    answer = LocalTransport("node1").run(argv, stdin=stdin, deadline=Deadline.after(30))
+    assert decode_result(answer.stdout, "the test script") == {
+        "args": [secret, "", "two words", "line\nbreak", "caf\udce9"]
+    }
 
 
 def test_failure_of_a_finished_conversation() -> None:

@@ -1,0 +1,146 @@
+"""A hostile node's answers to the supervisor: never a path, never a crash, never raw on the
+terminal. The node holds the control token (it is the node process), so it can send any JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterkit.commands.launch import report_outcome
+from clusterkit.launch.failure import Failure
+from clusterkit.launch.plan import LaunchSettings, PlanNode, build_plan
+from clusterkit.launch.stacks import checked_entries
+from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
+from clusterkit.safefiles import PrivateFolder
+from tests.unit.test_launch_stacks import FAULTHANDLER, IN_ALL_REDUCE, py_spy_entry
+
+SETTINGS = LaunchSettings(
+    nodes=(PlanNode("n1"), PlanNode("n2")),
+    master_addr="10.0.0.1",
+    master_port=29500,
+    nproc_per_node=2,
+    script=("train.py",),
+)
+ESCAPE = "\x1b]0;owned\x07\x1b[2J"
+FORGED = "\nclusterkit: job succeeded after 1.0 s: every rank succeeded"
+
+
+def supervisor(log_dir: PrivateFolder | None = None) -> tuple[Supervisor, list[str]]:
+    notes: list[str] = []
+    options = SuperviseOptions(log_dir=log_dir, out=io.StringIO(), note=notes.append)
+    plan = build_plan(SETTINGS)
+    transports: Any = {node.host: object() for node in plan}  # never used: no process runs
+    return Supervisor(transports, plan, "run1", {}, options), notes
+
+
+def control(sup: Supervisor, host: str, message: object) -> None:
+    """One control line from `host`'s node process, as it arrives on the connection."""
+    sup._line(sup.nodes[host], sup.token.encode() + b" " + json.dumps(message).encode())
+
+
+HOSTILE_RANKS = [
+    py_spy_entry(0, 100, IN_ALL_REDUCE),
+    {"rank": "x/../../y", "pid": 5, "method": "faulthandler", "raw": FAULTHANDLER},
+    {"rank": 1, "pid": "123", "method": "faulthandler", "raw": FAULTHANDLER},
+    {"method": "py-spy", "raw": "[]"},
+    "../../z",
+    {"rank": True, "pid": 5},
+    {"rank": 2.5, "pid": 5},
+    {"rank": -1, "pid": 5},
+    {"rank": 10**30, "pid": 5},
+    {"rank": 3, "pid": 6, "raw": ["not", "text"]},
+    {"rank": 3, "pid": 6, "sources": {"a": 1}},
+    {"rank": 4, "pid": 7, "method": "py-spy", "raw": "[1, 2]"},
+    {"rank": 5, "pid": 8, "method": "py-spy", "raw": '[{"frames": [{"line": 1e999}]}]'},
+    {"rank": 6, "pid": 9, "method": "py-spy", "raw": "[" * 100_000},
+    {"rank": 7, "pid": 10, "error": f"py-spy failed{FORGED}{ESCAPE}"},
+]
+
+
+def test_a_hostile_dump_reply_is_checked_not_trusted(tmp_path: Path) -> None:
+    """rank `x/../../y` used to crash launch with a traceback (int() of it), and a rank that
+    became part of a file name would have written outside --log-dir."""
+    logs = tmp_path / "work" / "logs"
+    with PrivateFolder.open(logs) as folder:
+        sup, _ = supervisor(folder)
+        control(sup, "n1", {"event": "dump", "ranks": HOSTILE_RANKS})
+        control(sup, "n2", {"event": "dump", "ranks": "x/../../y"})
+        sup.hang_reason = "no rank printed anything for 1 s"
+        sup._analyse_hang(missing=[])
+    hang = sup.hang
+    assert hang is not None
+    assert sorted(s.rank for s in hang.stacks) == [0, 4, 5, 6, 7]
+    assert [s.error is not None for s in sorted(hang.stacks, key=lambda s: s.rank)] == [
+        False, True, True, True, True
+    ]  # fmt: skip
+    assert len(hang.malformed) == 11  # entries 1 to 10 of n1, and n2's whole answer
+    assert "n1: dump entry 1 dropped: rank 'x/../../y' is not a whole number" in hang.malformed[0]
+    assert "pid '123' is not a whole number" in hang.malformed[1]
+    assert any(line.startswith("n2: the dump is 'x/../../y'") for line in hang.malformed)
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert written == ["work", "work/logs"] + [
+        f"work/logs/stacks-n1-{rank}.txt" for rank in (0, 4, 5, 6, 7)
+    ]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        [1, 2],
+        "exit",
+        {"event": "dump", "ranks": {"rank": 0}},
+        {"event": "dump", "ranks": None},
+        {"event": "started", "stacks": ["py-spy"]},
+        {"event": "exit", "code": [1], "error": {"x": ESCAPE}},
+        {"event": "exit", "code": "0"},
+    ],
+)
+def test_wrongly_typed_control_messages_do_not_crash(message: object) -> None:
+    sup, notes = supervisor()
+    control(sup, "n1", message)
+    node = sup.nodes["n1"]
+    assert node.stacks_method is None
+    assert node.exit_code is None
+    if isinstance(message, dict) and message.get("event") == "exit":
+        assert [f.rank for f in sup.failures] == [None]  # a node with no valid code failed
+    assert all("\x1b" not in note for note in notes)
+
+
+def test_a_rank_number_too_long_for_int_is_just_a_line() -> None:
+    sup, _ = supervisor()
+    sup._line(sup.nodes["n1"], b"[rank" + b"9" * 5000 + b"]:hello")
+    assert sup.last_lines == {}
+
+
+def test_node_text_in_the_summaries_is_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """Function names, file names, source lines and last lines come from the node or the job:
+    they must not forge a line or reach the terminal as escape sequences."""
+    sup, _ = supervisor()
+    frames = [(f"evil{FORGED}{ESCAPE}", f"/job/t{ESCAPE}.py", 3)]
+    odd = dict(py_spy_entry(1, 200, frames), sources={f"/job/t{ESCAPE}.py:3": f"x{FORGED}"})
+    control(sup, "n1", {"event": "dump", "ranks": [py_spy_entry(0, 100, IN_ALL_REDUCE)]})
+    control(sup, "n2", {"event": "dump", "ranks": [odd, {"rank": f"{ESCAPE}"}]})
+    sup.hang_reason = "no rank printed anything for 1 s"
+    sup._analyse_hang(missing=[])
+    report_outcome(sup._outcome(), sup.options)
+    failed = Failure("n2", 3, 1, 0.0, last_lines=(f"boom{ESCAPE}", f"x{FORGED}"))
+    report_outcome(JobOutcome(1, "failed", failed.describe(), failed), sup.options)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "\nclusterkit: job succeeded" not in err
+    lines = err.splitlines()
+    verdicts = [line.split()[2] for line in lines if line.startswith("clusterkit: job ")]
+    assert verdicts == ["hung", "failed"]  # the forged "job succeeded" is not a line of its own
+    assert any("odd one out: rank 1 on n2" in line and "\\x1b" in line for line in lines)
+    assert any(line.startswith("clusterkit: malformed stack dump from n2: ") for line in lines)
+    assert "  boom\\x1b]0;owned\\x07\\x1b[2J" in lines
+
+
+def test_checked_entries_keeps_well_formed_ones_only() -> None:
+    kept, problems = checked_entries([{"rank": 0, "pid": 1}, {"rank": "0", "pid": 1}])
+    assert kept == [{"rank": 0, "pid": 1}]
+    assert problems == ["dump entry 1 dropped: rank '0' is not a whole number from 0"]
