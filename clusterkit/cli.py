@@ -130,7 +130,8 @@ def _add_inventory_arguments(parser: argparse.ArgumentParser, default: str) -> N
     group.add_argument(
         "--inventory-via-ansible",
         action="store_true",
-        help="resolve the inventory with ansible-inventory instead of the built-in readers",
+        help="resolve the inventory with ansible-inventory instead of the built-in readers "
+        "(needed for inventory plugins and scripts: runs their code on this machine)",
     )
 
 

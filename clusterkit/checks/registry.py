@@ -76,6 +76,7 @@ _NETWORK = {
     "net.master-address": "the master name resolves to loopback, or to an address the master lacks",
     "net.hostname-loopback": "a node's own hostname resolves to loopback",
     "net.rendezvous-port-in-use": "the master's rendezvous port is taken",
+    "net.port-in-use": "a node could not listen on a port of the mesh (another process has it)",
     "net.rendezvous": "some node cannot connect to the master's rendezvous ports",
     "net.mesh": "some node pair cannot open TCP on the mesh or extra ports",
     "net.subnet-cut": "two subnets cannot reach each other while their nodes reach others",

@@ -15,6 +15,7 @@ from clusterkit.provision.playbook import (
     run_playbook,
 )
 from clusterkit.provision.remedy import TAGS
+from clusterkit.redact import redact
 from clusterkit.status import ExitStatus
 
 
@@ -33,9 +34,11 @@ def split_tags(text: str | None, flag: str) -> tuple[str, ...]:
 
 def plan(args: argparse.Namespace) -> PlaybookRun:
     """The run the arguments ask for, after the same inventory checks `check` makes."""
-    inventory = load_inventory(args.inventory)
+    # ansible-playbook connects, not clusterkit: it runs the inventory's plugins and scripts
+    # anyway, and honours become.
+    inventory = load_inventory(args.inventory, for_ansible=True)
     for warning in inventory.warnings:
-        print(f"clusterkit: warning: {warning}", file=sys.stderr)
+        print(f"clusterkit: warning: {redact(warning)}", file=sys.stderr)
     if args.limit:
         select_hosts(inventory, args.limit)  # a limit naming no host is an error, as in check
     extra = [item for value in args.extra_vars for item in ("-e", value)]

@@ -32,6 +32,17 @@ _HOST_KEY_CHECKING = ("ansible_host_key_checking", "ansible_ssh_host_key_checkin
 # All apply, in the order Ansible puts them on the ssh command line.
 _SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 
+# Privilege escalation. clusterkit runs everything as the SSH user and never becomes another:
+# an inventory asking for become is refused rather than run, silently, as someone else.
+_BECOME_SWITCHES = ("ansible_become", "become", "ansible_sudo", "ansible_su")
+_BECOME_SETTINGS = (
+    *(f"ansible_become_{key}" for key in ("user", "method", "pass", "password", "exe", "flags")),
+    *(f"ansible_sudo_{key}" for key in ("user", "pass", "exe", "flags")),
+    *(f"ansible_su_{key}" for key in ("user", "pass", "password", "exe", "flags")),
+    *(f"become_{key}" for key in ("user", "method", "exe", "flags")),
+)
+_FALSE_WORDS = {"false", "no", "off", "n", "f", "0"}
+
 _SSH_CONNECTIONS = {"ssh", "paramiko", "paramiko_ssh", "smart"}
 _LOCAL_CONNECTIONS = {"local"}
 # ssh(1) flags that take an argument: their argument is skipped, never read as a flag.
@@ -261,12 +272,47 @@ def _split_option(text: str) -> tuple[str, str]:
     return text[:cut].strip(), text[cut + 1 :].strip().lstrip("=").strip()
 
 
+def _refuse_become(hv: _HostVars) -> None:
+    """Refuse any become variable, unless become is switched off explicitly (`ansible_become:
+    false`): then the others set nothing. Names the variable, never its value."""
+    switches = [name for name in _BECOME_SWITCHES if hv.values.get(name) is not None]
+    settings = [name for name in _BECOME_SETTINGS if hv.values.get(name) is not None]
+    if not switches and not settings:
+        return  # the common case
+    on = [name for name in switches if not _switched_off(hv, name)]
+    if switches and not on:
+        return
+    raise hv.fail(
+        (on or settings)[0],
+        "clusterkit does not use become: it runs everything as the SSH user",
+        hint="connect as the user the checks need instead (ansible_user), or set "
+        "ansible_become: false",
+    )
+
+
+def _switched_off(hv: _HostVars, name: str) -> bool:
+    try:
+        value = hv.get(name)
+    except HostProblem:
+        return False  # cannot tell: not off
+    if isinstance(value, str):
+        return value.strip().lower() in _FALSE_WORDS
+    return value is False or (type(value) is int and value == 0)
+
+
 def connection_fields(
-    host: str, values: Mapping[str, Any], origins: Mapping[str, Origin]
+    host: str,
+    values: Mapping[str, Any],
+    origins: Mapping[str, Origin],
+    *,
+    become_allowed: bool = False,
 ) -> dict[str, Any]:
     """Host keyword arguments for the connection, from one host's resolved variables; a
-    variable that cannot be computed gives the host a `problem` instead of failing the load."""
+    variable that cannot be computed gives the host a `problem` instead of failing the load.
+    Become variables are refused unless `become_allowed` (Ansible, not clusterkit, connects)."""
     hv = _HostVars(host, values, origins)
+    if not become_allowed:
+        _refuse_become(hv)
     try:
         return _fields(hv)
     except HostProblem as problem:

@@ -1,7 +1,8 @@
 """load_inventory(): Ansible inventory sources -> Inventory, with Ansible's precedence.
 
 Sources (YAML or INI files, directories of them, several in order) are read natively into one
-graph; anything only Ansible can resolve goes, with all the sources, through ansible-inventory.
+graph; anything only Ansible can resolve goes, with all the sources, through ansible-inventory
+when the user asked for that (`via_ansible`), and is refused otherwise: it runs code.
 
 Per host, variables merge like Ansible's VariableManager: `all` group vars from the inventory,
 then the host's other groups (by depth, ansible_group_priority, name), then group_vars/all,
@@ -22,20 +23,24 @@ from clusterkit.errors import InventoryError
 from clusterkit.inventory.connection import connection_fields
 from clusterkit.inventory.graph import GraphBuilder, InventoryGraph, Origin, VarLayer
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
-from clusterkit.inventory.names import hostname_problem, username_problem
+from clusterkit.inventory.names import host_name_problem, hostname_problem, username_problem
 from clusterkit.inventory.settings import VARIABLE, parse_settings
 from clusterkit.inventory.sources import NeedsAnsible, add_source, vars_base_dir
 from clusterkit.inventory.varsfiles import VarsDirectory
-from clusterkit.inventory.viaansible import add_listing, list_with_ansible
+from clusterkit.inventory.viaansible import add_listing, list_with_ansible, unasked
 
 
 def load_inventory(
     sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     via_ansible: bool = False,
+    for_ansible: bool = False,
 ) -> Inventory:
     """Read inventory sources in order (group_vars/ and host_vars/ beside each included);
-    `via_ansible` resolves them all with ansible-inventory instead of the native readers."""
+    `via_ansible` resolves them all with ansible-inventory instead of the native readers.
+    A source only Ansible can read (a plugin, a script) runs code when resolved: refused
+    unless `via_ansible`. `for_ansible`: the caller hands the inventory to Ansible itself
+    (provision), which runs such sources anyway and honours become, refused otherwise."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     paths = [os.fspath(source) for source in sources]
@@ -44,7 +49,7 @@ def load_inventory(
     where = paths[0] if len(paths) == 1 else ", ".join(paths)
     try:
         with _collector_paused():
-            return _load(paths, via_ansible)
+            return _load(paths, via_ansible, for_ansible)
     except InventoryError:
         raise
     except RecursionError:
@@ -67,7 +72,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load(paths: list[str], via_ansible: bool) -> Inventory:
+def _load(paths: list[str], via_ansible: bool, for_ansible: bool) -> Inventory:
     where = paths[0] if len(paths) == 1 else ", ".join(paths)
     builder = GraphBuilder(where)
     base_dirs = [vars_base_dir(path) for path in paths]
@@ -77,6 +82,8 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
         for path in paths:
             add_source(builder, path)
     except NeedsAnsible as needs:
+        if not (via_ansible or for_ansible):
+            raise unasked(needs, where) from None
         builder = GraphBuilder(where)
         add_listing(builder, list_with_ansible(paths, needs))
         base_dirs = []  # Ansible's listing already holds the vars files' variables
@@ -90,9 +97,8 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
     settings_source: tuple[str, Any, Origin] | None = None
     for name in graph.hosts:
         values, origins, groups = resolver.host_vars(name)
-        host = Host(
-            name=name, groups=groups, vars=values, **connection_fields(name, values, origins)
-        )
+        fields = connection_fields(name, values, origins, become_allowed=for_ansible)
+        host = Host(name=name, groups=groups, vars=values, **fields)
         _check_names(host, graph.hosts[name].origin, origins)
         hosts.append(host)
         setting = values.get(VARIABLE)
@@ -117,16 +123,17 @@ def _load(paths: list[str], via_ansible: bool) -> Inventory:
 
 
 def _check_names(host: Host, defined_at: Origin, origins: dict[str, Origin]) -> None:
-    """Refuse, as OpenSSH does, names that could reach a shell (Match exec, ProxyCommand)."""
+    """Refuse, as OpenSSH does, names that could reach a shell (Match exec, ProxyCommand), and
+    host names that are not one plain file name (they name files and list items)."""
     if (
         not host.proxy_jump
-        and hostname_problem(host.name) is None
+        and host_name_problem(host.name) is None
         and hostname_problem(host.address) is None
         and (host.user is None or username_problem(host.user) is None)
     ):
         return  # the common case: nothing to point at
     checks: list[tuple[str, str, tuple[str, ...] | None, Callable[[str], str | None]]] = [
-        ("host name", host.name, None, hostname_problem)
+        ("host name", host.name, None, host_name_problem)
     ]
     if host.address != host.name:
         checks.append(("address", host.address, _ADDRESS_VARS, hostname_problem))
@@ -152,10 +159,15 @@ def _check_names(host: Host, defined_at: Origin, origins: dict[str, Origin]) -> 
             path,
             f"host {host.name!r}: {what} {value!r} {problem}",
             line=line,
-            hint="OpenSSH refuses such names; give the host a plain name or set ansible_host",
+            hint=_SSH_HINT if hostname_problem(value) or what != "host name" else _FILE_HINT,
         )
 
 
+_SSH_HINT = "OpenSSH refuses such names; give the host a plain name or set ansible_host"
+_FILE_HINT = (
+    "host names also name files and list items; give the host a plain name (letters, digits, "
+    "'.', '_', '-') and its address in ansible_host"
+)
 _ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 _USER_VARS = ("ansible_user", "ansible_ssh_user")
 _SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")

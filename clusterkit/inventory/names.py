@@ -6,6 +6,10 @@ on the control machine. OpenSSH refuses such names ("hostname contains invalid c
 clusterkit refuses them at load time with the same rules (ssh.c valid_hostname/valid_ruser):
 no shell metacharacters, whitespace or control characters, no leading '-'. IPv6 literals
 (`fe80::1`, `fe80::1%eth0`) pass.
+
+An inventory host's own name (not its address) is stricter still: it becomes a file name
+(`--log-dir`, `--print-dir`) and an item of comma-separated lists (`--exclude-file`), so it must
+be one plain path component (host_name_problem).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import re
 _HOST_METACHARACTERS = frozenset("'`\"$\\;&<>|(){}")
 _PLAIN = re.compile(r"[A-Za-z0-9._:%@+=,/-]+")  # common names: no need to look at each char
 _USER_METACHARACTERS = frozenset("'`\";&<>|(){}")
+_NAME_PUNCTUATION = frozenset("._-:%")  # ':' and '%' for IPv6 literals such as fe80::1%eth0
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:%-]*|:[A-Za-z0-9._:%-]*")
+MAX_HOST_NAME_BYTES = 200  # with a prefix and a suffix it still fits a file name (255 bytes)
 
 
 def hostname_problem(name: str) -> str | None:
@@ -48,4 +55,28 @@ def username_problem(user: str) -> str | None:
             return "has a '-' after a blank (it would read as an option)"
     if user.endswith("\\"):
         return "ends in '\\'"
+    return None
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an inventory host, or None. Besides what OpenSSH refuses, a host
+    name must be one plain path component: letters, digits, '.', '_', '-', ':' and '%', not
+    starting with '.' or '-', so that no file named after it leaves its folder and no list of
+    names reads it as two."""
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_HOST_NAME_BYTES:
+        return f"is longer than {MAX_HOST_NAME_BYTES} bytes"
+    if _PLAIN_NAME.fullmatch(name):
+        return None
+    problem = hostname_problem(name)
+    if problem is not None:
+        return problem
+    if name.startswith("."):
+        return "starts with '.' (as a file name it is hidden, or a folder: '.', '..')"
+    for char in name:
+        if char == "/":
+            return "contains '/' (as a file name it would lead into another folder)"
+        if char == ",":
+            return "contains ',' (lists of host names are separated by commas)"
+        if not char.isalnum() and char not in _NAME_PUNCTUATION:
+            return f"contains {char!r} (allowed: letters, digits, '.', '_', '-', ':', '%')"
     return None

@@ -1,7 +1,10 @@
 """Resolve inventory sources with Ansible itself: `ansible-inventory -i SRC ... --list`.
 
 Inventory plugins (aws_ec2, gcp_compute, constructed, ...), executable scripts and TOML files
-can only be resolved by Ansible. Ansible is GPL, so it is run as a program, never imported. The
+can only be resolved by Ansible. That runs code on this machine (a script, a plugin, any
+`lookup('pipe', ...)` in a `compose`), so it happens only with --inventory-via-ansible: a
+source found to need it otherwise is refused (`unasked`), never run. Ansible is GPL, so it
+is run as a program, never imported. The
 run has a deadline (CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT seconds, default 120); on expiry its
 whole process group is killed. Its `--list` output carries every host's resolved variables
 (group_vars/ and host_vars/ included), so the graph built from it needs no vars files.
@@ -47,6 +50,21 @@ def find_ansible_inventory() -> str | None:
     """ansible-inventory on PATH, else beside this Python (Ansible installed in the same venv)."""
     return shutil.which("ansible-inventory") or shutil.which(
         "ansible-inventory", path=os.path.dirname(sys.executable)
+    )
+
+
+def unasked(needs: NeedsAnsible, where: str) -> InventoryError:
+    """The refusal of a source only ansible-inventory can resolve, when the user did not ask
+    for ansible-inventory: resolving it runs the source's code, which a file dropped into
+    an inventory directory must not get to do on its own."""
+    what = needs.why if needs.path == where else f"{needs.path} is {needs.why}"
+    return InventoryError(
+        needs.path if needs.line else where,
+        f"{what}: resolving it runs code on this machine through ansible-inventory "
+        "(plugins, scripts, lookups), which clusterkit does only when asked",
+        line=needs.line,
+        hint="pass --inventory-via-ansible if you trust every source, or convert it once: "
+        "ansible-inventory -i SOURCE --list --yaml > inventory.yaml",
     )
 
 

@@ -2,8 +2,8 @@
 
 Check ids (stable, documented in docs/network.md): net.stage, net.interface, net.subnet,
 net.mtu, net.ifname-mismatch, net.master-resolve, net.master-address, net.hostname-loopback,
-net.rendezvous-port-in-use, net.rendezvous, net.mesh, net.subnet-cut, net.firewall,
-net.firewall-unknown.
+net.rendezvous-port-in-use, net.port-in-use, net.rendezvous, net.mesh, net.subnet-cut,
+net.firewall, net.firewall-unknown.
 """
 
 from __future__ import annotations
@@ -410,15 +410,14 @@ def connect_findings(
         parts, found = [], []
         for port, item in sorted(in_use.items()):
             holder = item.get("holder") or {}
-            who = f" by pid {holder['pid']} ({holder['command']})" if holder.get("pid") else ""
-            parts.append(f"{item['role']} {port} is already in use{who}")
+            parts.append(f"{item['role']}: {_unbound_text(master, item)}")
             found.append({"port": port, "role": item["role"], "holder": holder or None})
         held = ", ".join(str(port) for port in sorted(in_use))
         findings.append(
             finding(
                 "net.rendezvous-port-in-use",
                 Status.FAIL,
-                f"{master}: " + "; ".join(parts) + "; a previous job may still be running",
+                "; ".join(parts) + "; a previous job may still be running",
                 hosts=[master],
                 found=found,
                 remedy=f"stop the process holding {held} on {master} or choose another port "
@@ -464,6 +463,51 @@ def connect_findings(
         matrix = build_matrix(hosts, connects)
     findings += _mesh_findings(hosts, connects, facts_by_host, choices, all_blocked, matrix, cuts)
     return findings
+
+
+def port_findings(unbound: dict[str, list[dict[str, Any]]]) -> list[Finding]:
+    """net.port-in-use: listeners a node could not bind (host -> its listener reports), but
+    the master's rendezvous ports. The paths to such a port are not tested: another program
+    holds it, which is no fault of the network and no firewall's doing."""
+    if not unbound:
+        return []
+    parts = [_unbound_text(host, item) for host, items in unbound.items() for item in items]
+    found = [
+        {
+            "host": host,
+            "port": item.get("port") or None,
+            "role": item.get("role"),
+            "state": item.get("state"),
+            "error": item.get("error"),
+            "holder": item.get("holder"),
+        }
+        for host, items in unbound.items()
+        for item in items
+    ]
+    return [
+        finding(
+            "net.port-in-use",
+            Status.FAIL,
+            "; ".join(parts) + "; paths to these ports were not tested",
+            hosts=sorted(unbound),
+            found=found,
+            remedy="stop the process holding the port on that node, or list other ports in "
+            "clusterkit.network.extra_ports; a node with no free port left has exhausted "
+            "net.ipv4.ip_local_port_range",
+        )
+    ]
+
+
+def _unbound_text(host: str, item: dict[str, Any]) -> str:
+    """What kept a node from listening on one port, in words."""
+    port = item.get("port")
+    if item.get("state") == "in_use":
+        holder = item.get("holder") or {}
+        who = f" (pid {holder['pid']}: {holder['command']})" if holder.get("pid") else ""
+        return f"port {port} on {host} is in use by another process{who}"
+    if not port:
+        return f"{host} could not listen on any free port: {item.get('error')}"
+    return f"{host} could not listen on port {port}: {item.get('error')}"
 
 
 def _rendezvous_text(
@@ -704,8 +748,8 @@ def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:
                 f"firewall rules could not be read on {', '.join(unknown)} (not root, or no "
                 "iptables/nft): a failed path there is not explained",
                 hosts=unknown,
-                remedy="run clusterkit as root on the nodes (ansible_user root or become) to "
-                "read iptables-save / nft list ruleset",
+                remedy="connect as root on the nodes (ansible_user root; clusterkit does not "
+                "use become) to read iptables-save / nft list ruleset",
             )
         )
     return findings

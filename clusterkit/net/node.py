@@ -8,11 +8,14 @@ so login noise around them cannot corrupt them.
 
 The session, each step answered by the control side with one JSON line on stdin:
   facts  names as the node resolves them, interfaces, NCCL/GLOO ifname variables, the
-         ephemeral port range, a free port in it for the mesh, and the firewall rule sets.
-         The control side answers with this node's mesh plan.
-  bound  the planned listeners are bound and served. The control side answers "go" once
-         every node has bound, so no connect can come too early and nothing is retried.
-  mesh   connect to the planned peers' listeners from the fabric address; the listeners
+         ephemeral port range and the firewall rule sets. The control side answers with
+         this node's listeners: fixed ports (the user's) and port 0 for the mesh.
+  bound  the planned listeners are bound and served; the report names the port the kernel
+         chose for each port 0 (a free ephemeral port, where NCCL and gloo listen too), so
+         runs at once on the same nodes never share one. The control side answers "go",
+         with the peers' bound ports to connect to, once every node has bound, so no
+         connect can come too early and nothing is retried.
+  mesh   connect to the "go" message's targets from the fabric address; the listeners
          keep serving. The control side answers once every node has reported its mesh step,
          so a node handed "go" late still finds every peer listening.
   listeners  the listeners are closed (nothing stays listening) and report who reached
@@ -31,7 +34,6 @@ import socket
 import sys
 import threading
 import time
-import zlib
 
 from clusterkit.nodescript.prelude import (
     ToolError,
@@ -157,20 +159,6 @@ def bindable(port):
     return False
 
 
-def pick_mesh_port(port_range, reserved, seed):
-    """A free port inside the ephemeral range (where NCCL and gloo listen), deterministic
-    per node so a rerun tests the same port, verified free now; the mesh step binds it."""
-    low, high = port_range
-    span = max(1, high - low + 1)
-    start = low + zlib.crc32(seed.encode()) % span
-    taken = set(reserved)
-    for step in range(min(span, 512)):
-        port = low + (start - low + step) % span
-        if port not in taken and bindable(port):
-            return port
-    return None
-
-
 def facts(args):
     timeout = float(args.get("timeout", 3.0))
     tool_timeout = float(args.get("tool_timeout", 5.0))
@@ -214,10 +202,8 @@ def facts(args):
         low, high = (int(part) for part in text.split())
         result["ephemeral_range"] = [low, high]
     except (AttributeError, ValueError):
-        low, high = 32768, 60999
         result["ephemeral_range"] = None
     reserved = [int(port) for port in args.get("reserved_ports", [])]
-    result["mesh_port"] = pick_mesh_port((low, high), reserved, hostname)
     result["reserved_in_use"] = {
         str(port): port_holder(port) for port in reserved if not bindable(port)
     }
@@ -264,7 +250,8 @@ class Listener:
         for family in families:
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if self.port:  # a fixed port may be rebound over TIME_WAIT; port 0 is always new
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
                     sock.bind(("::", self.port))
@@ -276,10 +263,11 @@ class Listener:
                 sock.listen(LISTEN_BACKLOG)
                 sock.setblocking(False)
                 self.sock = sock
+                self.port = sock.getsockname()[1]  # the kernel's choice for port 0
                 return
             except OSError as error:
                 sock.close()
-                if error.errno == errno.EADDRINUSE:
+                if error.errno == errno.EADDRINUSE and self.port:
                     self.state = "in_use"
                     self.error = os.strerror(error.errno)
                     self.holder = port_holder(self.port)
@@ -465,14 +453,14 @@ class Mesh:
     def listen_until(self):
         return 0 if self.done.is_set() else float("inf")
 
-    def connect(self):
-        """Every planned connect, each bounded; the listeners keep serving."""
+    def connect(self, targets):
+        """Every connect "go" named (the peers' bound ports), each bounded; the listeners
+        keep serving."""
         started = time.monotonic()
         plan = self.plan
         window = float(plan.get("window", 5.0))
         connect_timeout = float(plan.get("connect_timeout", 3.0))
         window_end = started + window
-        targets = plan.get("targets", [])
         results: list[dict | None] = [None] * len(targets)
         todo = enumerate(targets)
         todo_lock = threading.Lock()
@@ -579,9 +567,10 @@ def mesh_rounds(inbox):
         mesh = Mesh(plan)
         try:
             emit(mesh.bind())
-            if inbox.next() is None:
+            go = inbox.next()
+            if go is None:
                 return
-            emit(mesh.connect())
+            emit(mesh.connect(go.get("targets") or []))
             if inbox.next() is None:
                 return
             emit(mesh.closed())

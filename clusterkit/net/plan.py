@@ -1,7 +1,8 @@
 """Settings of the network stage and the mesh plan built from every node's facts (pure).
 
-The control side chooses every port and address between the facts and the mesh, so each
-node knows which ports it binds and which peers' ports it connects to.
+The control side plans every listener and address between the facts and the mesh; a node
+binds its mesh port wherever the kernel finds one free, and learns the peers' bound ports
+with "go", so each node knows which ports it binds and which peers' ports it connects to.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from clusterkit.inventory.model import Inventory, NetworkSettings
 from clusterkit.net.cover import UNKNOWN_SUBNET, Pair
 from clusterkit.net.ifname import InterfaceChoice, choose_interface
+
+RENDEZVOUS = ("master_port", "rdzv_port")  # the roles of the master's fixed ports
 
 
 @dataclass(frozen=True)
@@ -101,63 +104,90 @@ def subnets_of(choices: dict[str, InterfaceChoice]) -> dict[str, str]:
     }
 
 
-def mesh_args(
+def listen_plans(
     hosts: Sequence[str],
-    facts_by_host: dict[str, dict[str, Any]],
     choices: dict[str, InterfaceChoice],
-    ssh_addresses: dict[str, str],
     options: NetworkOptions,
-    pairs: Collection[Pair] | None = None,
     *,
     round_number: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    """One round's plan for every node in `hosts` (those whose facts came back): which of its
-    ports it binds, which peers' ports it connects to. `pairs`: the
-    (connects, accepts) pairs of this round, every pair when None. The rendezvous ports are
-    bound and tried in the first round only."""
-    rendezvous = round_number == 1
-    listen_by_host: dict[str, list[dict[str, Any]]] = {}
-    for host in hosts:
-        listen = [{"port": facts_by_host[host].get("mesh_port"), "role": "mesh"}]
-        listen = [item for item in listen if item["port"]]
-        listen += [{"port": port, "role": "extra"} for port in options.extra_ports]
-        if rendezvous and host == options.master_host:
-            listen += [{"port": port, "role": role} for port, role in options.rendezvous_ports]
-        listen_by_host[host] = listen
-
-    if pairs is None:
-        connects_to = {host: [peer for peer in hosts if peer != host] for host in hosts}
-    else:
-        order = {host: index for index, host in enumerate(hosts)}
-        connects_to = {host: [] for host in hosts}
-        for a, b in sorted(
-            (pair for pair in pairs if pair[0] in order and pair[1] in order),
-            key=lambda pair: (order[pair[0]], order[pair[1]]),
-        ):
-            connects_to[a].append(b)
-    addresses = {host: fabric_address(choices[host], ssh_addresses[host]) for host in hosts}
-
+    """One round's listeners for every node in `hosts` (those whose facts came back). The
+    mesh port is 0: the node binds whatever free ephemeral port the kernel gives it and
+    reports it, so checks run at once on the same nodes never plan the same port. The
+    user's ports (extra ports; the rendezvous ports on the master, first round only) are
+    fixed. Where to connect follows in "go" (`go_messages`), from the ports actually bound."""
     plans: dict[str, dict[str, Any]] = {}
     for host in hosts:
-        targets = [
-            {"peer": peer, "address": addresses[peer], **item}
-            for peer in connects_to[host]
-            for item in listen_by_host[peer]
-            if item["role"] in ("mesh", "extra")
-        ]
-        resolved = master_address(facts_by_host[host])
-        if rendezvous and resolved and options.master_host in listen_by_host:
-            for port, role in options.rendezvous_ports:
-                targets.append(
-                    {"peer": options.master_host, "address": resolved, "port": port, "role": role}
-                )
+        listen: list[dict[str, Any]] = [{"port": 0, "role": "mesh"}]
+        listen += [{"port": port, "role": "extra"} for port in options.extra_ports]
+        if round_number == 1 and host == options.master_host:
+            listen += [{"port": port, "role": role} for port, role in options.rendezvous_ports]
         plans[host] = {
             "name": host,
             "round": round_number,
-            "listen": listen_by_host[host],
-            "targets": targets,
+            "listen": listen,
             "source": choices[host].address,
             "window": options.window,
             "connect_timeout": options.connect_timeout,
         }
     return plans
+
+
+def go_messages(
+    bound: dict[str, list[dict[str, Any]]],
+    facts_by_host: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+    ssh_addresses: dict[str, str],
+    options: NetworkOptions,
+    pairs: Collection[Pair] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The "go" of one round for every node that bound (`bound`: host -> its listeners as
+    reported, in host order): which peers' ports it connects to. `pairs`: the (connects,
+    accepts) pairs of this round, every pair when None. A port its node could not bind is
+    no target: another program holds it (net.port-in-use), and talking to it would only
+    disturb that program and blame the network for it."""
+    hosts = list(bound)
+    open_ports = {
+        host: [item for item in listeners if item.get("state") == "ok" and _port_number(item)]
+        for host, listeners in bound.items()
+    }
+    connects_to = _connects_to(hosts, pairs)
+    addresses = {host: fabric_address(choices[host], ssh_addresses[host]) for host in hosts}
+    master = options.master_host
+    rendezvous = [item for item in open_ports.get(master, []) if item["role"] in RENDEZVOUS]
+    messages: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        targets = [
+            {"peer": peer, "address": addresses[peer], "port": item["port"], "role": item["role"]}
+            for peer in connects_to[host]
+            for item in open_ports[peer]
+            if item["role"] in ("mesh", "extra")
+        ]
+        resolved = master_address(facts_by_host[host])
+        if resolved:
+            targets += [
+                {"peer": master, "address": resolved, "port": item["port"], "role": item["role"]}
+                for item in rendezvous
+            ]
+        messages[host] = {"go": True, "targets": targets}
+    return messages
+
+
+def _port_number(item: dict[str, Any]) -> bool:
+    """A node's report names a real port: what it says goes to its peers' connects."""
+    port = item.get("port")
+    return type(port) is int and 0 < port < 65536
+
+
+def _connects_to(hosts: list[str], pairs: Collection[Pair] | None) -> dict[str, list[str]]:
+    """Each host's peers to connect to, in host order."""
+    if pairs is None:
+        return {host: [peer for peer in hosts if peer != host] for host in hosts}
+    order = {host: index for index, host in enumerate(hosts)}
+    connects_to: dict[str, list[str]] = {host: [] for host in hosts}
+    for a, b in sorted(
+        (pair for pair in pairs if pair[0] in order and pair[1] in order),
+        key=lambda pair: (order[pair[0]], order[pair[1]]),
+    ):
+        connects_to[a].append(b)
+    return connects_to

@@ -1,9 +1,11 @@
 """The `network` stage of `clusterkit check`: one node-side process per node, in steps.
 
-facts: every node reports names as it resolves them, interfaces, ifname variables, a free
-mesh port and its firewall rules. bound: with every port and address planned from those
-facts, every node binds its listeners. mesh: once all have bound, every node connects to
-its planned peers at once (every peer, or a covering set: net/cover.py). listeners: once
+facts: every node reports names as it resolves them, interfaces, ifname variables and its
+firewall rules. bound: with every address planned from those facts, every node binds its
+listeners: the user's fixed ports, and for the mesh whatever free port the kernel gives it
+(so checks run at once on the same nodes never plan the same port). mesh: once all have
+bound, "go" names each node's targets at the ports its peers bound, and every node
+connects at once (every peer, or a covering set: net/cover.py). listeners: once
 every node has connected, every node closes its listeners and reports who reached them, so
 no listener closes while a peer handed "go" late may still connect. When a covering set
 found failures, bound, mesh and listeners run again in the same node processes to retest
@@ -25,7 +27,14 @@ from clusterkit.net import analysis
 from clusterkit.net.cover import MeshRounds, Pair, subnet_cuts
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
-from clusterkit.net.plan import NetworkOptions, interface_choices, mesh_args, subnets_of
+from clusterkit.net.plan import (
+    RENDEZVOUS,
+    NetworkOptions,
+    go_messages,
+    interface_choices,
+    listen_plans,
+    subnets_of,
+)
 from clusterkit.nodescript import compose
 from clusterkit.nodescript.run import (
     ScriptFailure,
@@ -198,6 +207,7 @@ def run_network_stage(
     findings: list[Finding] = []
     facts_seconds = 0.0
     retested: set[str] = set()
+    unbound: dict[str, list[dict[str, Any]]] = {}  # listeners a node could not bind
     try:
         facts = sessions.start(
             live,
@@ -233,12 +243,14 @@ def run_network_stage(
                     rounds.append({"round": number, "skipped": "the check deadline left no time"})
                 break
             round_started = time.monotonic()
-            plans = mesh_args(
-                live, facts, choices, ssh_addresses, options, pairs, round_number=number
-            )
+            plans = listen_plans(live, choices, options, round_number=number)
             # Each step's bound counts from when each node was handed its message.
             bound = sessions.step("bound", plans, TRANSPORT_MARGIN, sessions.deadline)
-            go = {host: {"go": True} for host in bound}
+            bound_listeners = {
+                host: bound[host].get("listeners") or [] for host in live if host in bound
+            }
+            _note_unbound(unbound, bound_listeners)
+            go = go_messages(bound_listeners, facts, choices, ssh_addresses, options, pairs)
             reports = sessions.step(
                 "mesh", go, options.mesh_seconds + TRANSPORT_MARGIN, sessions.deadline
             )
@@ -280,6 +292,7 @@ def run_network_stage(
     findings += analysis.connect_findings(
         hosts, connects, listeners, facts, choices, options, matrix=matrix, cuts=cuts
     )
+    findings += analysis.port_findings(unbound)
     findings = analysis.stage_errors(errors) + findings
 
     raw = {
@@ -329,6 +342,20 @@ def _flatten_connects(mesh: dict[str, dict[str, Any]], number: int) -> list[dict
     return connects
 
 
+def _note_unbound(
+    unbound: dict[str, list[dict[str, Any]]], bound: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Add each node's listeners that could not bind (once per port), but the master's
+    rendezvous ports: net.rendezvous-port-in-use reports those."""
+    for host, listeners in bound.items():
+        for item in listeners:
+            if item.get("state") == "ok" or item.get("role") in RENDEZVOUS:
+                continue
+            known = unbound.setdefault(host, [])
+            if all((old["port"], old["role"]) != (item["port"], item["role"]) for old in known):
+                known.append(item)
+
+
 def _unheard(listeners: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """A node's listeners as bound, for a node that never reported who reached them."""
     return [dict(item, seen=None) for item in listeners or []]
@@ -356,7 +383,7 @@ def _node_record(host, facts, choices, mesh_reports) -> dict[str, Any]:
         },
         "env": node.get("env"),
         "ephemeral_range": node.get("ephemeral_range"),
-        "mesh_port": node.get("mesh_port"),
+        "mesh_port": _mesh_port(reports[0].get("listeners") if reports else None),
         "firewall": {
             tool: {"state": entry.get("state"), "reason": entry.get("reason")}
             for tool, entry in (node.get("firewall") or {}).items()
@@ -365,3 +392,11 @@ def _node_record(host, facts, choices, mesh_reports) -> dict[str, Any]:
         "mesh_seconds": [report.get("seconds") for report in reports],
         "cpu_seconds": reports[-1].get("cpu") if reports else None,
     }
+
+
+def _mesh_port(listeners: list[dict[str, Any]] | None) -> int | None:
+    """The port the node's mesh listener bound in the first round (the kernel's choice)."""
+    for item in listeners or []:
+        if item.get("role") == "mesh" and item.get("state") == "ok":
+            return item.get("port")
+    return None

@@ -6,6 +6,7 @@ the rule; afterwards no process or listener of the stage may remain on any node.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -104,7 +105,7 @@ class LateGo:
         send, expect = process.send, process.expect
 
         def held_send(data: bytes) -> None:
-            if host == late_go.late and data.strip() == b'{"go": true}':
+            if host == late_go.late and is_go(data):
                 late_go._hold()
             send(data)
 
@@ -138,6 +139,15 @@ class LateGo:
         assert everyone, f"only {sorted(self.reported)} reported their mesh step"
         time.sleep(self.delay)  # the fault itself: a control side that hands "go" out late
         self.held_for = time.monotonic() - started
+
+
+def is_go(data: bytes) -> bool:
+    """Whether bytes handed to a node are a "go" message (not the script, not another step)."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("go") is True
 
 
 def run_late_go(
@@ -348,7 +358,8 @@ def test_rendezvous_port_already_taken_on_master(cluster: NetCluster, tmp_path: 
     assert in_use.status is Status.FAIL
     assert in_use.hosts == ["node1"]
     assert [(item["port"], item["holder"]["pid"]) for item in in_use.found] == [(29500, holder.pid)]
-    assert f"pid {holder.pid}" in in_use.message
+    assert f"port 29500 on node1 is in use by another process (pid {holder.pid}" in (in_use.message)
+    assert in_use.remedy is not None and "iptables" not in in_use.remedy
     assert "net.firewall" not in by_id  # a port in use is not a firewall problem
     rendezvous = only(by_id, "net.rendezvous")
     assert rendezvous.status is Status.OK and "29400" in rendezvous.message

@@ -89,7 +89,11 @@ def test_plugin_config_without_ansible_names_what_to_install(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(viaansible.sys, "executable", str(tmp_path / "empty" / "python"))
-    message = error_for(tmp_path, "# aws\nplugin: aws_ec2\nregions: [x]\n")
+    path = tmp_path / "aws_ec2.yml"
+    path.write_text("# aws\nplugin: aws_ec2\nregions: [x]\n")
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path, for_ansible=True)  # as provision, which runs Ansible
+    message = str(caught.value)[len(str(path)) :]
     assert message.startswith(":2: an inventory plugin configuration: resolving it needs")
     assert "ansible-inventory, which is not installed" in message
     assert "pip install ansible-core" in message
