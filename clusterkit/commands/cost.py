@@ -7,6 +7,7 @@ import argparse
 import math
 import sys
 from dataclasses import dataclass, fields, replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,8 @@ def run(args: argparse.Namespace) -> ExitStatus:
     return ExitStatus.PASSED
 
 
-def build(args: argparse.Namespace) -> Estimate:
-    """Every input resolved, then the estimate."""
+def build(args: argparse.Namespace, today: date | None = None) -> Estimate:
+    """Every input resolved, then the estimate; `today` ages the catalog's prices."""
     values = _merge(args)
     warnings: list[str] = []
     nodes = values.get("nodes")
@@ -92,7 +93,7 @@ def build(args: argparse.Namespace) -> Estimate:
         raise UsageError("no node count: give --nodes N or an inventory")
     hours = _number(values, "hours", required=True)
     assert hours is not None  # required: _number raised a usage error otherwise
-    prices, provenance_prices, gpus_from_catalog = _prices(values, warnings)
+    prices, provenance_prices, gpus_from_catalog = _prices(values, warnings, today)
     rate = _rate(values, provenance_prices.pop("interruption", None))
     correlation_origin = "default: independent"
     correlation = _number(values, "correlation")
@@ -285,7 +286,7 @@ def _capacity_wait(values: _Values) -> CapacityWait | None:
 
 
 def _prices(
-    values: _Values, warnings: list[str]
+    values: _Values, warnings: list[str], today: date | None = None
 ) -> tuple[tuple[float, float], dict[str, Any], int | None]:
     """(on-demand, spot) per node-hour, their provenance, and the catalog's GPU count."""
     on_demand = _number(values, "on_demand_price")
@@ -302,14 +303,17 @@ def _prices(
     max_age = _number(values, "max_price_age_days")
     loaded = price_catalog.load(
         None if catalog_path is None else str(catalog_path),
+        today=today,
         max_age_days=price_catalog.DEFAULT_MAX_AGE_DAYS if max_age is None else max_age,
     )
     if instance is None:
         raise UsageError(f"--catalog {loaded.path}: give --instance to pick a row")
     entry = loaded.lookup(str(instance), None if region is None else str(region))
     relevant = [w for w in loaded.warnings if entry.name in w or not _names_entry(w, loaded)]
+    # A price given by flag replaces the catalog's: its age no longer matters.
+    given = [what for what, price in (("on-demand", on_demand), ("spot", spot)) if price]
     if on_demand is None or spot is None:
-        warnings.extend(relevant)
+        warnings.extend(w for w in relevant if not _about_given_price(w, entry, given))
     on_demand = on_demand if on_demand is not None else entry.on_demand
     spot = spot if spot is not None else entry.spot
     for price, flag in ((on_demand, "--on-demand-price"), (spot, "--spot-price")):
@@ -319,8 +323,15 @@ def _prices(
             )
     from_flags = values.get("on_demand_price") is not None and values.get("spot_price") is not None
     dated = entry.day or loaded.snapshot  # the row's own date, else the catalog's
+    spot_dated = entry.spot_day or dated
+    on_demand_date = None if "on-demand" in given or dated is None else dated.isoformat()
+    spot_date = None if "spot" in given or spot_dated is None else spot_dated.isoformat()
+    used = sorted(day for day in (on_demand_date, spot_date) if day)
     provenance = {
-        "price_origin": "flags" if from_flags else f"catalog ({dated or 'undated'})",
+        "price_origin": "flags" if from_flags else f"catalog ({used[0] if used else 'undated'})",
+        "on_demand_date": on_demand_date,
+        "spot_date": spot_date,
+        "flag_prices": tuple(given),
         "instance": entry.instance,
         "region": entry.region,
         "spot_range": None
@@ -328,10 +339,15 @@ def _prices(
         else (entry.spot_low, entry.spot_high),
         "catalog_path": loaded.path,
         "catalog_source": entry.source or loaded.source,
-        "catalog_date": None if dated is None else dated.isoformat(),
+        "catalog_date": used[0] if used else None,  # the oldest price used
         "interruption": entry.interruption,
     }
     return (on_demand, spot), provenance, entry.gpus  # type: ignore[return-value]
+
+
+def _about_given_price(warning: str, entry: price_catalog.Entry, given: list[str]) -> bool:
+    """Whether `warning` is the age of a price a flag replaced."""
+    return any(warning.startswith(f"{entry.name}: {what} price from") for what in given)
 
 
 def _names_entry(warning: str, loaded: price_catalog.Catalog) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from clusterkit.errors import ConfigError, UsageError
@@ -27,7 +28,7 @@ SCHEMA = "clusterkit.prices/2"
 
 # No node-hour costs this much: a price above it is a placeholder.
 SENTINEL_PRICE = 5000.0
-DEFAULT_MAX_AGE_DAYS = 365
+DEFAULT_MAX_AGE_DAYS = 180
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,13 @@ class Entry:
     source: str | None = None  # where the on-demand (list) price was read
     day: date | None = None  # when
     interruption: str | None = None  # AWS Spot Advisor bucket, e.g. "<5%"
+    spot_source: str | None = None  # where the spot price was read, when not `source`
+    spot_day: date | None = None  # its own date; None: `day`
+
+    @property
+    def spot_dated(self) -> date | None:
+        """The spot price's date: its own, else the row's."""
+        return self.spot_day or self.day
 
     @property
     def spot(self) -> float | None:
@@ -134,7 +142,7 @@ def load(
     source = document.get("source")
     if not source and not all(entry.source for entry in entries):
         warnings.append(f"{where}: no `source`: where do these prices come from?")
-    row_days = [entry.day for entry in entries if entry.day is not None]
+    row_days = [day for e in entries for day in (e.day, e.spot_day) if day is not None]
     if row_days and (snapshot is None or min(row_days) < snapshot):
         snapshot = min(row_days)  # the oldest price decides how stale the catalog is
     return Catalog(where, source or None, snapshot, tuple(entries), tuple(warnings))
@@ -155,18 +163,71 @@ def _dated(
     except ValueError:
         warnings.append(f"{entry.name}: no valid `date` (YYYY-MM-DD): price of unknown age")
         day = None
-    if day is not None and day > today:
-        warnings.append(f"{entry.name}: dated {day}, in the future")
-    elif day is not None and (today - day).days > max_age_days:
-        warnings.append(
-            f"{entry.name}: price from {day} ({(today - day).days} days old, over "
-            f"{max_age_days:g}): run `clusterkit cost prices update` or pass the prices"
-        )
+    spot_day = _spot_day(entry, raw, warnings)
+    # Without its own date the spot price is as old as the row: one warning covers both.
+    dates = [("on-demand", day), ("spot", spot_day)] if spot_day else [("price", day)]
+    for what, when in dates:
+        if when is not None and when > today:
+            dated = "dated" if what == "price" else f"{what} price dated"
+            warnings.append(f"{entry.name}: {dated} {when}, in the future")
+        elif when is not None and (what != "spot" or entry.spot_low is not None):
+            stale = age_warning(entry, what, when, today, max_age_days)
+            warnings.extend([stale] if stale else [])
     interruption = raw.get("interruption")
     return Entry(
         **{**entry.__dict__, "source": source, "day": day,
-           "interruption": interruption if isinstance(interruption, str) else None},
+           "interruption": interruption if isinstance(interruption, str) else None,
+           "spot_day": spot_day, "spot_source": _url(raw.get("spot_source"))},
     )  # fmt: skip
+
+
+def _url(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.startswith(("https://", "http://")) else None
+
+
+def _spot_day(entry: Entry, raw: dict[str, Any], warnings: list[str]) -> date | None:
+    """The spot price's own `spot_date`, when the row has one."""
+    if raw.get("spot_date") is None:
+        return None
+    try:
+        return date.fromisoformat(str(raw["spot_date"]))
+    except ValueError:
+        warnings.append(
+            f"{entry.name}: no valid `spot_date` (YYYY-MM-DD): spot price of unknown age"
+        )
+        return None
+
+
+def age_warning(entry: Entry, what: str, day: date, today: date, max_age_days: float) -> str | None:
+    """A warning, with what refreshes it, when the `what` ("on-demand", "spot", or both:
+    "price") price is older than the limit; None when it is recent enough."""
+    age = (today - day).days
+    if age <= max_age_days:
+        return None
+    return (
+        f"{entry.name}: {_label(what)}price from {day} ({age} days old, over {max_age_days:g}): "
+        f"{refresh_hint(entry, what)}"
+    )
+
+
+def _label(what: str) -> str:
+    return "" if what == "price" else f"{what} "
+
+
+def refresh_hint(entry: Entry, what: str) -> str:
+    """How to get a current `what` price for the row: `clusterkit cost prices update` reads
+    AWS list prices and Azure's prices without keys; AWS spot and GCP it cannot refresh."""
+    flags = {"spot": "--spot-price", "on-demand": "--on-demand-price"}
+    flag = flags.get(what, "--on-demand-price and --spot-price")
+    if entry.provider == "azure":
+        command = "clusterkit cost prices update --provider azure"
+    elif entry.provider == "aws" and what != "spot":
+        command = f"clusterkit cost prices update --provider aws --region {quote(entry.region)}"
+    else:
+        return (
+            f"`clusterkit cost prices update` cannot refresh it: give {flag} with a current price"
+        )
+    return f"refresh with `{command}`, or give {flag}"
 
 
 def _snapshot(

@@ -27,7 +27,11 @@ class Provenance:
     spot_range: tuple[float, float] | None = None
     catalog_path: str | None = None
     catalog_source: str | None = None
-    catalog_date: str | None = None
+    catalog_date: str | None = None  # the oldest catalog price used
+    # Each price's own date (YYYY-MM-DD); None: given by flag (or undated).
+    on_demand_date: str | None = None
+    spot_date: str | None = None
+    flag_prices: tuple[str, ...] = ()  # "on-demand", "spot": given by flag, not the catalog
     correlation_origin: str = "default"
     notes: tuple[str, ...] = ()
 
@@ -164,6 +168,8 @@ def to_dict(result: Estimate) -> dict[str, Any]:
         else {"median_hours": wait.median_h, "mean_hours": wait.mean_h},
         "on_demand_price": scenario.on_demand_price,
         "spot_price": scenario.spot_price,
+        "on_demand_price_date": result.provenance.on_demand_date,
+        "spot_price_date": result.provenance.spot_date,
         "price_origin": result.provenance.price_origin,
         "instance": result.provenance.instance,
         "region": result.provenance.region,

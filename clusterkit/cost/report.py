@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from clusterkit.cost.estimate import Estimate, to_dict
+from clusterkit.cost.estimate import Estimate, Provenance, to_dict
 
 
 def render_json(result: Estimate) -> str:
@@ -30,7 +30,8 @@ def render_text(result: Estimate, *, color: bool = False, width: int = 100) -> s
         soft_wrap=True,
     )
     scenario, spot, demand, mc = result.scenario, result.spot, result.on_demand, result.monte_carlo
-    where = result.provenance.instance or "prices from flags"
+    prov = result.provenance
+    where = prov.instance or "prices from flags"
     if result.provenance.region:
         where += f" in {result.provenance.region}"
     console.print(
@@ -43,6 +44,11 @@ def render_text(result: Estimate, *, color: bool = False, width: int = 100) -> s
     table.add_column("on-demand", justify="right")
     rows = [
         ("price per node-hour", _money(spot.price, 2), _money(demand.price, 2)),
+        (
+            "price dated",
+            _dated(prov, "spot", prov.spot_date),
+            _dated(prov, "on-demand", prov.on_demand_date),
+        ),
         ("job stops every", _hours(spot.mtbi_h), _hours(demand.mtbi_h)),
         ("checkpoint every", _hours(spot.interval_h), _hours(demand.interval_h)),
         ("expected interruptions", _count(spot.interruptions), _count(demand.interruptions)),
@@ -101,6 +107,13 @@ def _bullets(console: Console, title: str, lines: tuple[str, ...], style: str = 
     console.print(f"{title}:", style=style or None)
     for line in lines:
         console.print(f"  - {line}", markup=False)
+
+
+def _dated(provenance: Provenance, what: str, day: str | None) -> str:
+    """A price's date, or where it came from when it has none."""
+    if provenance.catalog_path is None or what in provenance.flag_prices:
+        return "given"
+    return day or "undated"
 
 
 def _money(value: float, digits: int = 0) -> str:

@@ -168,3 +168,42 @@ def test_malformed_catalog_is_a_config_error(tmp_path: Path) -> None:
     path.write_text(json.dumps({"instances": {}}))
     with pytest.raises(ConfigError, match="instances"):
         catalog.load(str(path))
+
+
+def test_an_old_spot_date_warns_with_what_refreshes_it(tmp_path: Path) -> None:
+    """A fresh row date hid a spot price dated 694 days earlier: its own date now counts."""
+    fields = {"provider": "aws", "source": "https://e.com/od", "date": "2026-11-09"}
+    spot = {"spot_date": "2025-01-01", "spot_source": "https://e.com/spot"}
+    path = write(tmp_path, [row(**fields, **spot)], schema=catalog.SCHEMA, date=None)
+    loaded = catalog.load(path, today=date(2026, 11, 25))
+    entry = loaded.lookup("x1", None)
+    assert (entry.day, entry.spot_day, entry.spot_dated) == (
+        date(2026, 11, 9),
+        date(2025, 1, 1),
+        date(2025, 1, 1),
+    )
+    assert entry.spot_source == "https://e.com/spot"
+    assert loaded.snapshot == date(2025, 1, 1)  # the oldest price, spot included
+    assert loaded.warnings == (
+        "x1 (r1): spot price from 2025-01-01 (693 days old, over 180): `clusterkit cost "
+        "prices update` cannot refresh it: give --spot-price with a current price",
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "command"),
+    [
+        ("aws", "refresh with `clusterkit cost prices update --provider aws --region r1`"),
+        ("azure", "refresh with `clusterkit cost prices update --provider azure`"),
+        ("gcp", "cannot refresh it: give --on-demand-price and --spot-price"),
+    ],
+)
+def test_an_old_row_names_the_refresh_for_its_provider(
+    tmp_path: Path, provider: str, command: str
+) -> None:
+    fields = {"provider": provider, "source": "https://e.com", "date": "2026-05-01"}
+    path = write(tmp_path, [row(**fields)], schema=catalog.SCHEMA, date=None)
+    (warning,) = catalog.load(path, today=date(2026, 11, 1)).warnings
+    assert warning.startswith("x1 (r1): price from 2026-05-01 (184 days old, over 180): ")
+    assert command in warning
+    assert catalog.load(path, today=date(2026, 10, 28)).warnings == ()  # 180 days: fine

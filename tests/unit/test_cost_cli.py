@@ -91,7 +91,8 @@ def test_json_has_every_input_and_output(capsys) -> None:
     assert set(monte_carlo["spot"]) == summary_keys == set(monte_carlo["on_demand"])
     assert 0 <= monte_carlo["p_spot_costs_more"] <= 1
     assert document["recommendation"]["choice"] in ("spot", "on-demand")
-    assert document["catalog"]["date"] == "2026-11-09"
+    assert document["catalog"]["date"] == "2025-01-01"  # the oldest price used: spot's
+    assert document["inputs"]["on_demand_price_date"] == "2026-11-09"
 
 
 def test_json_is_reproducible_with_a_seed(capsys) -> None:
