@@ -35,6 +35,13 @@ _ROOT_CAUSE = re.compile(
 _ROOT_SECTION = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={10,}|\Z)", re.S)
 _EXTERNAL_SIGNALS = {1, 2, 9, 15}  # SIGHUP, SIGINT, SIGKILL, SIGTERM
 _SIGNAL = re.compile(r"Signal (\d+) \((\w+)\) received by PID")
+_NO_TORCH = "No module named 'torch'"
+# `python3 -m torch.distributed.run` without torch: the interpreter names itself first.
+_NO_TORCH_INTERPRETER = re.compile(r"^(\S{1,200}): Error while finding module specification", re.M)
+TORCH_REMEDY = (
+    "install torch for that Python on every node, or run the bench in the cluster image "
+    "(--image); set ansible_python_interpreter to the Python the job uses"
+)
 
 
 @dataclass
@@ -182,6 +189,8 @@ def failure_findings(
     runs: list[NodeRun], reports: dict[str, NodeReport], deadline: Deadline
 ) -> list[Finding]:
     """No result: name the node (and rank) that failed first, and those that never joined."""
+    if no_torch := torch_missing(runs):
+        return [no_torch_finding(no_torch, [run.host for run in runs if run.killed])]
     culprits: list[tuple[int, float, str, str]] = []  # (priority, ended, host, message)
     for run in runs:
         report = reports[run.host]
@@ -254,6 +263,36 @@ def failure_findings(
             )
         )
     return findings
+
+
+def torch_missing(runs: list[NodeRun]) -> dict[str, str]:
+    """Nodes whose Python has no torch, and that Python (as it named itself, else "python3"):
+    torchrun cannot start there, so the others wait for a rendezvous that never comes."""
+    missing = {}
+    for run in runs:
+        own, _ = split_nccl_logs(run.stderr)
+        if _NO_TORCH in own:
+            named = _NO_TORCH_INTERPRETER.search(own)
+            interpreter = named[1] if named else "python3"
+            missing[run.host] = "".join(c for c in interpreter if c.isprintable())
+    return missing
+
+
+def no_torch_finding(missing: dict[str, str], stopped: list[str]) -> Finding:
+    """Worded as check's torch.present: the cause, not the network it looks like."""
+    where = ", ".join(f"{host} ({interpreter})" for host, interpreter in missing.items())
+    others = [host for host in stopped if host not in missing]
+    tail = f"; the others waited for it and were stopped: {', '.join(others)}" if others else ""
+    return Finding(
+        "bench.rank-failed",
+        Status.FAIL,
+        f"torch is not installed for the job's Python on {where}: no rank started there{tail}",
+        hosts=list(missing),
+        expected="torch importable",
+        found="missing",
+        stage=STAGE,
+        remedy=TORCH_REMEDY,
+    )
 
 
 def _last_error(report: NodeReport, run: NodeRun) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, section, torch_cuda
 from clusterkit.inventory.model import Inventory
-from clusterkit.net.ifname import DEFAULT_EXCLUDED
+from clusterkit.net.ifname import interface_rank
 
-VIRTUAL = (*DEFAULT_EXCLUDED, "veth", "virbr", "br-", "cni", "flannel", "cali", "tun", "tap")
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def job_env_findings(facts: Facts, inventory: Inventory) -> list[Finding]:
@@ -86,32 +86,112 @@ def _job_vars(facts: Facts, inventory: Inventory) -> Finding:
     )
 
 
-def candidate_interfaces(f: dict[str, Any]) -> list[str]:
-    """Interfaces NCCL or gloo could pick: up, with an IPv4 address, not loopback or virtual."""
-    names = []
-    for name, iface in sorted((section(f, "network").get("interfaces") or {}).items()):
-        if name.startswith(VIRTUAL) or "LOOPBACK" in (iface.get("flags") or []):
-            continue
-        if iface.get("state") not in ("up", "unknown") or "UP" not in (iface.get("flags") or []):
-            continue
-        if any("." in address for address in iface.get("addresses") or []):
-            names.append(name)
-    return names
+def _usable(iface: dict[str, Any]) -> bool:
+    """Up, with an IPv4 address: what NCCL or gloo could bind."""
+    if iface.get("state") not in ("up", "unknown") or "UP" not in (iface.get("flags") or []):
+        return False
+    return any("." in address for address in iface.get("addresses") or [])
 
 
-def _holding(f: dict[str, Any], address: str) -> str | None:
-    """The interface whose subnet holds `address` (the one clusterkit reached the node by)."""
-    try:
-        target = ipaddress.ip_address(address)
-    except ValueError:
-        return None
+def candidate_interfaces(f: dict[str, Any], route: str | None = None) -> list[str]:
+    """Interfaces NCCL or gloo could pick, by kind (net/ifname.py interface_rank): NICs,
+    bonds, VLANs and IPoIB; virtual ones (a container's veth) only where no NIC is; never
+    loopback, bridges, tunnels or container networks, unless it is `route`, the interface
+    that carries the traffic to the master."""
+    interfaces = section(f, "network").get("interfaces") or {}
+    ranked: dict[str, int] = {}
+    for name, iface in sorted(interfaces.items()):
+        if "LOOPBACK" in (iface.get("flags") or []) or not _usable(iface):
+            continue
+        rank = interface_rank(name, iface.get("kind"))
+        if rank is None and name == route:
+            rank = 0  # a bridge holding the node's address: the NIC under it has none
+        if rank is not None:
+            ranked[name] = rank
+    best = min(ranked.values(), default=0)
+    return [name for name, rank in ranked.items() if rank == best or name == route]
+
+
+def _holding(f: dict[str, Any], target: IPAddress, *, exact: bool = False) -> str | None:
+    """The interface that has `target` (exact), or whose subnet holds it."""
     for name, iface in (section(f, "network").get("interfaces") or {}).items():
         for entry in iface.get("addresses") or []:
             try:
-                if target in ipaddress.ip_interface(entry).network:
-                    return str(name)
+                held = ipaddress.ip_interface(entry)
             except ValueError:
                 continue
+            if target == held.ip or (not exact and target in held.network):
+                return str(name)
+    return None
+
+
+def _longest_prefix(f: dict[str, Any], target: IPAddress) -> str | None:
+    """The device of the main routing table's longest prefix holding `target`."""
+    best: tuple[int, str] | None = None
+    for route in section(f, "network").get("routes") or []:
+        destination = str(route.get("dst"))
+        try:
+            network = ipaddress.ip_network(
+                "0.0.0.0/0" if destination == "default" else destination, strict=False
+            )
+        except ValueError:
+            continue
+        longer = best is None or network.prefixlen > best[0]
+        if longer and target.version == network.version and target in network:
+            best = (network.prefixlen, str(route.get("dev")))
+    return best[1] if best else None
+
+
+def route_interface(f: dict[str, Any], target: IPAddress) -> str | None:
+    """The interface a node sends `target` through, as the kernel picks it: the one having
+    the address, else the longest matching prefix of its main routing table (the probe's
+    `network.routes`), else (facts without routes) the one whose subnet holds it."""
+    return _holding(f, target, exact=True) or _longest_prefix(f, target) or _holding(f, target)
+
+
+def _default_route(f: dict[str, Any]) -> str | None:
+    """The interface of the node's default route, if the probe read one."""
+    for route in section(f, "network").get("routes") or []:
+        if route.get("dst") == "default":
+            return str(route.get("dev"))
+    return None
+
+
+def _collective_route(f: dict[str, Any], master: IPAddress | None, own: str) -> str | None:
+    """The interface the node's collectives should use: the route to the master, else the one
+    holding the node's own inventory address (where clusterkit reached it), else the default
+    route."""
+    for target in (master, _address(own)):
+        if target and (device := route_interface(f, target)):
+            return device
+    return _default_route(f)
+
+
+def _address(text: str | None) -> IPAddress | None:
+    """`text` as an IP address, unless it is not one or is loopback (`localhost` hosts)."""
+    try:
+        address = ipaddress.ip_address(text or "")
+    except ValueError:
+        return None
+    return None if address.is_loopback else address
+
+
+def master_address(facts: Facts, inventory: Inventory) -> IPAddress | None:
+    """The address peers reach the master at: clusterkit.master or the master's inventory
+    address where either is an IP, else the address of the master's own default-route
+    interface (a name resolves differently here and on the nodes; the route does not)."""
+    settings = inventory.settings
+    master = next(
+        (h for h in inventory.hosts if settings.master in (h.name, h.address)), inventory.hosts[0]
+    )
+    for text in (settings.master, master.address):
+        if address := _address(text):
+            return address
+    own = dict(facts.get(master.name) or {})
+    interfaces = section(own, "network").get("interfaces") or {}
+    for entry in (interfaces.get(_default_route(own)) or {}).get("addresses") or []:
+        if address := _address(str(entry).split("/")[0]):
+            return address
     return None
 
 
@@ -122,15 +202,17 @@ def _socket_ifname(facts: Facts, inventory: Inventory) -> Finding:
             Status.SKIP,
             f"not checked: clusterkit.interface names {inventory.settings.interface}",
         )
+    master = master_address(facts, inventory)
     addresses = {host.name: host.address for host in inventory.hosts}
     ambiguous: dict[str, str] = {}
     for host, f in facts.items():
         env = section(f, "env")
         if env.get("NCCL_SOCKET_IFNAME") or env.get("GLOO_SOCKET_IFNAME"):
             continue
-        candidates = candidate_interfaces(dict(f))
+        route = _collective_route(dict(f), master, addresses.get(host, ""))
+        candidates = candidate_interfaces(dict(f), route)
         if len(candidates) > 1:
-            chosen = _holding(dict(f), addresses.get(host, "")) or candidates[0]
+            chosen = route if route in candidates else candidates[0]
             ambiguous[host] = (
                 f"{', '.join(candidates)} could carry the collectives; set "
                 f"NCCL_SOCKET_IFNAME={chosen} GLOO_SOCKET_IFNAME={chosen}"

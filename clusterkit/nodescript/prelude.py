@@ -206,11 +206,32 @@ def stop_tools_on_signals():
         signal.signal(signum, _stop_tools_and_exit)
 
 
+def interface_kind(base):
+    # type: (str) -> str | None
+    """What an interface is, from its sysfs folder `base`, so bridges, tunnels and veths are
+    told from NICs whatever their names: loopback, bridge, bond, tun (tun and tap), the
+    uevent's DEVTYPE (vlan, wlan, wireguard, vxlan...), `device` for hardware (a NIC,
+    IPoIB: a `device` link), else `virtual` (veth, macvlan, dummy). None if unreadable."""
+    kind_type = read_text(base + "/type")
+    if kind_type is None:
+        return None
+    if kind_type == "772":  # ARPHRD_LOOPBACK
+        return "loopback"
+    for marker, kind in (("/bridge", "bridge"), ("/bonding", "bond"), ("/tun_flags", "tun")):
+        if os.path.exists(base + marker):
+            return kind
+    for line in (read_text(base + "/uevent") or "").splitlines():
+        if line.startswith("DEVTYPE="):
+            return line[len("DEVTYPE=") :] or "virtual"
+    return "device" if os.path.exists(base + "/device") else "virtual"
+
+
 def read_interfaces(timeout):
     # type: (float) -> tuple[list[dict], str | None]
-    """Every network interface, by name: admin state (`up`, IFF_UP), operstate and MTU from
-    /sys/class/net; `ip -j addr`'s flags and inet/inet6 addresses (`flags` None where ip did
-    not list it). Returns (interfaces sorted by name, why ip could not be read, or None)."""
+    """Every network interface, by name: admin state (`up`, IFF_UP), operstate, MTU and kind
+    (interface_kind) from /sys/class/net; `ip -j addr`'s flags and inet/inet6 addresses
+    (`flags` None where ip did not list it). Returns (interfaces sorted by name, why ip could
+    not be read, or None)."""
     found = {}  # type: dict[str, dict]
     try:
         names = sorted(os.listdir("/sys/class/net"))
@@ -225,6 +246,7 @@ def read_interfaces(timeout):
             "up": bool(int(flags, 16) & 1) if flags else None,
             "operstate": read_text(base + "/operstate"),
             "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+            "kind": interface_kind(base),
             "flags": None,
             "addresses": [],
         }

@@ -31,6 +31,7 @@ from clusterkit.nodescript.prelude import (
 
 PROBE_VERSION = 1
 TOOL_TIMEOUT = 10.0
+MAX_ROUTES = 256  # a node's own routes, not a router's full table
 # The variables the checks read, by name: collecting by prefix copied tokens such as
 # NVIDIA_API_KEY into reports. A check that needs another variable adds it here.
 ENV_NAMES = (
@@ -413,18 +414,38 @@ def collect_docker(options):
 
 
 def collect_network(options):
-    """Per interface: MTU, operstate, ip's flags and addresses as "address/prefixlen"."""
+    """Per interface: MTU, operstate, kind, ip's flags and addresses as "address/prefixlen";
+    the main table's IPv4 routes (destination, interface), so the checks can tell which
+    interface carries the traffic to the master."""
     interfaces = {}  # type: dict[str, dict]
     listed, error = read_interfaces(5)
     for entry in listed:
         iface = interfaces[entry["name"]] = {
             "mtu": entry["mtu"],
             "state": entry["operstate"],
+            "kind": entry.get("kind"),
             "addresses": ["%s/%s" % (a["address"], a["prefixlen"]) for a in entry["addresses"]],
         }
         if entry["flags"] is not None:
             iface["flags"] = entry["flags"]
-    return {"interfaces": interfaces, "error": error} if error else {"interfaces": interfaces}
+    facts = {"interfaces": interfaces, "routes": read_routes()}  # type: dict[str, object]
+    if error:
+        facts["error"] = error
+    return facts
+
+
+def read_routes():
+    # type: () -> list[dict] | None
+    """The first MAX_ROUTES IPv4 routes of the main table as {dst, dev}; None if unreadable."""
+    try:
+        listed = json.loads(run_tool(["ip", "-j", "-4", "route", "show"], 5) or "[]")
+        return [
+            {"dst": str(item.get("dst")), "dev": str(item.get("dev"))}
+            for item in listed[:MAX_ROUTES]
+            if isinstance(item, dict) and item.get("dst") and item.get("dev")
+        ]
+    except (ToolError, ValueError, TypeError):
+        return None
 
 
 def collect_limits(options):
@@ -481,16 +502,27 @@ def collect_clock(options):
     except (OSError, AttributeError):
         pass
     try:
-        text = run_tool(["chronyc", "-n", "tracking"], 3)
-        match = re.search(r"System time\s*:\s*([\d.]+) seconds (fast|slow)", text)
-        if match:
-            sign = 1 if match.group(2) == "fast" else -1
-            facts["offset_seconds"] = sign * float(match.group(1))
-        facts["source"] = "chronyc"
-        leap = re.search(r"Leap status\s*:\s*(.+)", text)
-        facts["synchronized"] = leap is not None and leap.group(1).strip() == "Normal"
+        facts.update(parse_chronyc_tracking(run_tool(["chronyc", "-n", "tracking"], 3)))
     except ToolError:
         pass
+    return facts
+
+
+_SYSTEM_TIME = re.compile(
+    r"^System time\s*:\s*([+-]?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?) (?:seconds|s) (fast|slow)", re.M
+)
+
+
+def parse_chronyc_tracking(text):
+    """chronyc's `System time : 7200.000000000 seconds fast of NTP time` as a signed offset
+    (+ when this clock is ahead), and whether its leap status is Normal."""
+    facts = {"source": "chronyc"}  # type: dict[str, object]
+    match = _SYSTEM_TIME.search(text)
+    offset = float(match.group(1)) if match else None
+    if offset is not None and offset - offset == 0:  # finite: no inf or nan in the facts
+        facts["offset_seconds"] = offset if match.group(2) == "fast" else -offset
+    leap = re.search(r"^Leap status\s*:\s*(.+)", text, re.M)
+    facts["synchronized"] = leap is not None and leap.group(1).strip() == "Normal"
     return facts
 
 

@@ -69,7 +69,7 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
     try:
         sock = _proxy_command(endpoint) if endpoint.proxy_command else None
         for hop in endpoint.jumps:
-            hops.append(open_client(hop, _verifier(hop), deadline, sock))
+            hops.append(_open_hop(hop, deadline, sock))
             sock = _tunnel(hops[-1], hop, _next(endpoint, hop), deadline)
         client = open_client(endpoint, _verifier(endpoint), deadline, sock)
     except BaseException:
@@ -79,6 +79,25 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
             sock.close()  # kills the command: nothing outlives a failed connect
         raise
     return SSHTransport(host.name, client, hops)
+
+
+def _open_hop(
+    hop: Endpoint, deadline: Deadline, sock: paramiko.ProxyCommand | paramiko.Channel | None
+) -> paramiko.SSHClient:
+    """Connect to a jump host. One that does not resolve or has no route is the bastion's
+    problem: the hint names it and where ProxyJump is set, not the node's ansible_host."""
+    try:
+        return open_client(hop, _verifier(hop), deadline, sock)
+    except TransportError as error:
+        if error.kind != "unreachable":
+            raise
+        raise TransportError(
+            error.host,
+            error.kind,
+            error.detail,  # the host reads "node (via bastion)" already
+            hint=f"check the ProxyJump host {hop.address} (ansible_ssh_common_args -J or "
+            "ProxyJump, or its HostName in ~/.ssh/config) and that this machine can reach it",
+        ) from None
 
 
 class _PolledProxyCommand(paramiko.ProxyCommand):

@@ -274,3 +274,31 @@ def test_a_rank_killed_from_outside_beats_a_peer_that_aborted_earlier() -> None:
     failed = next(f for f in findings if f.id == "bench.rank-failed")
     assert failed.hosts == ["node2"]
     assert "then failed too: node3" in failed.message
+
+
+def test_a_node_without_torch_is_named_not_the_network() -> None:
+    """Recorded: `python3 -m torch.distributed.run` on a node whose Python lacks torch. It
+    read as bench.rank-failed ("look at ... the network stage") and bench.not-joined
+    ("check that every node reaches the master port")."""
+    no_torch = (FIXTURES / "bench" / "torchrun-no-torch.stderr.txt").read_bytes()
+    runs = [
+        _run("node1", 0, b"", None, 5.0, killed=True),  # waited in the rendezvous
+        _run("node2", 1, no_torch, 1, 1.0),
+    ]
+    findings = failure_findings(runs, {r.host: read_node(r) for r in runs}, Deadline.after(1))
+    assert [(f.id, f.status, f.hosts) for f in findings] == [
+        ("bench.rank-failed", Status.FAIL, ["node2"])
+    ]
+    assert findings[0].message.startswith(
+        "torch is not installed for the job's Python on node2 (/usr/bin/python3)"
+    )
+    assert "stopped: node1" in findings[0].message
+    assert "network" not in (findings[0].remedy or "") and "torch" in (findings[0].remedy or "")
+
+
+def test_a_traceback_without_torch_names_the_default_python() -> None:
+    traceback = (
+        b"Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n"
+    )
+    finding = failure_findings([_run("n1", 0, traceback, 1, 1.0)], {}, Deadline.after(1))[0]
+    assert "on n1 (python3)" in finding.message

@@ -3,6 +3,7 @@ script and say why it gave no result (nodescript/run.py), on real processes of t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -295,3 +296,51 @@ def test_the_probe_runs_through_run_node_script() -> None:
     assert facts["hostname"]["hostname"] and "lo" in facts["network"]["interfaces"]
     with pytest.raises(TransportError, match="the probe failed \\(exit 127\\): /nowhere/py"):
         probe_host(transport, "/nowhere/py", {}, Deadline.after(60))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_interface_kinds_and_routes_read_from_real_sysfs() -> None:
+    """Kinds come from sysfs, not names: a bridge, a veth pair, a tap and a tun named alike
+    in a throwaway network namespace (`ip netns exec` mounts its own /sys/class/net)."""
+    netns = f"ckkind{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", netns], check=True, timeout=20)
+    try:
+        for argv in (
+            ["link", "add", "ckx0", "type", "bridge"],
+            ["link", "add", "ckx1", "type", "veth", "peer", "name", "ckx2"],
+            ["tuntap", "add", "ckx3", "mode", "tap"],
+            ["tuntap", "add", "ckx4", "mode", "tun"],
+            ["addr", "add", "10.77.0.1/24", "dev", "ckx1"],
+            ["link", "set", "ckx1", "up"],
+            ["link", "set", "ckx2", "up"],
+        ):
+            subprocess.run(["ip", "-n", netns, *argv], check=True, timeout=20)
+        script = (
+            "import json\n"
+            "from clusterkit.probe.collector import collect_network\n"
+            "print(json.dumps(collect_network({})))\n"
+        )
+        out = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", script],
+            check=True, capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False, timeout=20)
+    network = json.loads(out)
+    kinds = {name: iface["kind"] for name, iface in network["interfaces"].items()}
+    assert kinds == {
+        "lo": "loopback", "ckx0": "bridge", "ckx1": "virtual", "ckx2": "virtual",
+        "ckx3": "tun", "ckx4": "tun",
+    }  # fmt: skip
+    assert network["routes"] == [{"dst": "10.77.0.0/24", "dev": "ckx1"}]
+
+
+def test_a_hardware_interface_reads_as_a_device() -> None:
+    """This machine's own NICs (a `device` link in sysfs), where it has any."""
+    names = [
+        n for n in os.listdir("/sys/class/net") if os.path.exists(f"/sys/class/net/{n}/device")
+    ]
+    if not names:
+        pytest.skip("no hardware network interface here")
+    kinds = {item["name"]: item["kind"] for item in read_interfaces(10)[0]}
+    assert {kinds[name] for name in names} <= {"device", "bond", "vlan", "wlan"}

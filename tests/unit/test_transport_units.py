@@ -11,6 +11,7 @@ import pytest
 from clusterkit.errors import TransportError, UsageError
 from clusterkit.inventory.model import Host
 from clusterkit.transport.base import remote_command, split_pgid
+from clusterkit.transport.connect import connect_host
 from clusterkit.transport.endpoint import ConnectOptions, load_ssh_config, resolve_endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier, known_hosts_key, load_known_hosts
 
@@ -335,3 +336,16 @@ def test_hosts_connecting_at_once_share_one_verifier(monkeypatch: pytest.MonkeyP
         thread.join(timeout=30)
     assert len(made) == 1 and len(got) == 8
     assert all(verifier is made[0] for verifier in got)
+
+
+def test_a_bastion_that_does_not_resolve_is_named_not_ansible_host() -> None:
+    """The node's own address is fine; its ProxyJump host is not (.invalid never resolves):
+    the hint said "check ansible_host"."""
+    host = Host("gpu1", "10.0.0.5", user="root", proxy_jump="admin@bastion.invalid")
+    with pytest.raises(TransportError) as caught:
+        connect_host(host, ConnectOptions(connect_timeout=5), paramiko.SSHConfig())
+    error = caught.value
+    assert error.kind == "unreachable" and error.host == "gpu1 (via admin@bastion.invalid)"
+    assert "cannot resolve admin@bastion.invalid:22" in error.detail
+    assert error.hint is not None and "ProxyJump host bastion.invalid" in error.hint
+    assert "ansible_host" not in error.hint
