@@ -216,11 +216,35 @@ def absolute_path(value: Any) -> str:
     return written
 
 
+# A network interface name as Linux takes one (dev_valid_name: at most 15 bytes, never `.` or
+# `..`, no `/`, `:` or white space), in the characters real names use: no control character
+# reaches NCCL, a node's command line or a report.
+_IFNAME = re.compile(r"[A-Za-z0-9_.@+-]{1,15}")
+_IFNAME_HINT = (
+    "NCCL_SOCKET_IFNAME syntax: names of at most 15 letters, digits, '.', '_', '-', '@' or '+',"
+    " comma-separated, optionally each with :port, the list led by ^ (exclude) and/or = (exact)"
+)
+
+
+def interface(value: Any) -> str:
+    """An NCCL_SOCKET_IFNAME value (`eth0`, `=eth0`, `^docker,lo`, `ib0:1`) whose every name
+    could be a Linux interface's."""
+    written = text(value)
+    names = written.removeprefix("^").removeprefix("=")
+    for entry in names.split(","):
+        name, colon, port = entry.partition(":")
+        if not _IFNAME.fullmatch(name) or name in (".", "..") or (colon and not port.isdigit()):
+            where = f" in {written!r}" if entry != written else ""
+            raise Invalid(f"{entry!r}{where} is not an interface name", _IFNAME_HINT)
+    return written
+
+
 # srun options the transport sets itself (which nodes, the deadline, how output comes back):
 # overriding one would break the step. srun takes any unambiguous prefix, so prefixes too.
 SRUN_OWN_OPTIONS = (
     "nodes", "ntasks", "ntasks-per-node", "nodelist", "exclude", "jobid", "overlap", "time",
-    "kill-on-bad-exit", "input", "output", "error", "label", "pty",
+    "kill-on-bad-exit", "input", "output", "error", "label", "pty", "distribution",
+    "unbuffered", "multi-prog",
 )  # fmt: skip
 _OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 
@@ -324,7 +348,7 @@ TOP_RULES: dict[str, Rule] = {
     "master": text,
     "master_port": PORT,
     "rdzv_port": PORT,
-    "interface": text,
+    "interface": interface,
     "image": text,
     "image_run_args": list_of(text, "docker run arguments (strings)"),
     "gpu_busy_mib": integer(0, 10_000_000),

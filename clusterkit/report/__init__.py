@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import os
+import secrets
+import stat
 import sys
 from pathlib import Path
 
@@ -46,15 +51,17 @@ def emit(report: Report, fmt: str, output: str | None) -> None:
     else:
         text = None
     if output:
-        target = Path(output)
+        if text is None:
+            buffer = io.StringIO()
+            render_plain(report, buffer)
+            text = buffer.getvalue()
         try:
-            if text is None:
-                with target.open("w") as stream:
-                    render_plain(report, stream)
-            else:
-                target.write_text(text)
+            write_whole(output, text.encode())
         except OSError as error:
-            raise UsageError(f"{output}: cannot write the report: {error.strerror}") from None
+            raise UsageError(
+                f"{output}: cannot write the report: {error.strerror or error}"
+                + ("; the previous report is left as it was" if Path(output).exists() else "")
+            ) from None
         if fmt != "text":  # still give the person at the terminal the verdict
             render_plain_summary(report)
         return
@@ -64,6 +71,38 @@ def emit(report: Report, fmt: str, output: str | None) -> None:
         render_rich(report, sys.stdout)
     else:
         render_plain(report, sys.stdout)
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """The whole of `data` at `path`, or nothing changed: a full disk must not leave an empty
+    or cut report where a good one was. Written to a new file beside it (O_EXCL, the mode an
+    existing report has, else 0666 less the umask as `open` gives), flushed to disk, then
+    renamed over it. A FIFO or device (/dev/stdout) is written directly; a symlink's target
+    is the file replaced."""
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isfile(real):
+        with open(real, "wb") as stream:
+            stream.write(data)
+        return
+    folder, name = os.path.split(real)
+    temp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    try:
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+    except FileNotFoundError:
+        mode = None
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            if mode is not None:
+                os.fchmod(stream.fileno(), mode)
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def redacted(report: Report) -> Report:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clusterkit.errors import ExternalToolError
+from clusterkit.slurm.hostlist import check_node_name
 
 REASON_PREFIX = "clusterkit:"
 REASON_LIMIT = 200  # Slurm keeps the reason in its state; a long list of ids is cut
@@ -62,9 +63,12 @@ def decide(node: NodeState, failing: list[str]) -> Action:
 
 
 def local_node_name(env: Mapping[str, str] | None = None) -> str:
-    """Slurm's name for this node: SLURMD_NODENAME when Slurm set it, else `hostname -s`."""
+    """Slurm's name for this node: SLURMD_NODENAME when Slurm set it, else `hostname -s`;
+    a UsageError unless it is one node's name (scontrol takes `gpu[01-64]` as a range)."""
     env = os.environ if env is None else env
-    return env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    if name := env.get("SLURMD_NODENAME"):
+        return check_node_name(name, "SLURMD_NODENAME")
+    return check_node_name(os.uname().nodename.split(".")[0], "hostname -s")
 
 
 def _scontrol(*args: str) -> str:
@@ -86,7 +90,7 @@ def _scontrol(*args: str) -> str:
 
 
 def node_state(name: str) -> NodeState:
-    text = _scontrol("show", "node", name, "-o")
+    text = _scontrol("show", "node", check_node_name(name, "--slurm-drain"), "-o")
     state = re.search(r"(?:^|\s)State=(\S+)", text)
     reason = re.search(r"(?:^|\s)Reason=(.*?)(?: \[[^\]]*\])?(?:\s+\w+=|$)", text)
     if state is None:
@@ -95,6 +99,7 @@ def node_state(name: str) -> NodeState:
 
 
 def apply(name: str, action: Action) -> None:
+    check_node_name(name, "--slurm-drain")
     if action.kind == "drain":
         _scontrol("update", f"nodename={name}", "state=drain", f"reason={action.reason}")
     elif action.kind == "resume":

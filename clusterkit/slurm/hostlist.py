@@ -1,23 +1,40 @@
-"""Slurm's hostlist syntax (`gpu[001-004,007],login1`): expanded by `scontrol show hostnames`
-when it works here, else by our own parser, which follows Slurm 22.05's rules."""
+"""Slurm's hostlist syntax (`gpu[001-004,007],login1`), expanded in-process by our own parser,
+which follows Slurm 22.05's rules (tests/slurm compares it with `scontrol show hostnames`),
+and the one-node names that Slurm passes on its own (SLURMD_NODENAME)."""
 
 from __future__ import annotations
 
 import itertools
 import re
-import shutil
-import subprocess
-from collections.abc import Mapping
 
 from clusterkit.errors import UsageError
 
 MAX_HOSTS = 65536  # a typo like n[1-99999999] must not eat the memory of a login node
-SCONTROL_SECONDS = 10.0
+MAX_DIGITS = 18  # a number in brackets; longer ones are typos (and past int()'s comfort)
+SHOWN = 60  # characters of a bad hostlist quoted in an error
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+# One node: what Slurm and DNS accept, and nothing that is hostlist syntax (brackets, commas),
+# a path (`/`), blank or control character, or an option (a leading `-`).
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 class HostlistError(UsageError):
     """A hostlist Slurm would reject; the message names the offending part."""
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= SHOWN else text[:SHOWN] + "...")
+
+
+def check_node_name(name: str, source: str) -> str:
+    """`name` when it names one node; a one-line UsageError naming `source` otherwise (a
+    hostlist like `gpu[01-64]` handed to scontrol would act on every node of the range)."""
+    if not NODE_NAME.fullmatch(name):
+        raise UsageError(
+            f"{source}: {_shown(name)} is not a single node name",
+            hint="letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return name
 
 
 def parse_hostlist(text: str) -> list[str]:
@@ -33,7 +50,7 @@ def parse_hostlist(text: str) -> list[str]:
     for entry in _entries(text):
         hosts.extend(_expand(entry))
         if len(hosts) > MAX_HOSTS:
-            raise HostlistError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
+            raise HostlistError(f"hostlist {_shown(text)} names more than {MAX_HOSTS} hosts")
     return hosts
 
 
@@ -45,25 +62,25 @@ def _entries(text: str) -> list[str]:
         elif char == "]":
             depth -= 1
         if depth < 0 or depth > 1:
-            raise HostlistError(f"hostlist {text!r}: unbalanced or nested brackets")
+            raise HostlistError(f"hostlist {_shown(text)}: unbalanced or nested brackets")
         if depth == 0 and (char == "," or char.isspace()):
             entries.append(current)
             current = ""
         else:
             current += char
     if depth:
-        raise HostlistError(f"hostlist {text!r}: a bracket is not closed")
+        raise HostlistError(f"hostlist {_shown(text)}: a bracket is not closed")
     return [entry for entry in [*entries, current] if entry]
 
 
 def _expand(entry: str) -> list[str]:
     if "[" not in entry:
         if "]" in entry:
-            raise HostlistError(f"hostlist entry {entry!r}: ']' without '['")
+            raise HostlistError(f"hostlist entry {_shown(entry)}: ']' without '['")
         return [entry]
     if not entry.endswith("]"):
         raise HostlistError(
-            f"hostlist entry {entry!r}: text after the last bracket is not valid Slurm syntax"
+            f"hostlist entry {_shown(entry)}: text after the last bracket is not valid Slurm syntax"
         )
     parts: list[list[str]] = []
     for literal, inside in re.findall(r"([^\[\]]*)\[([^\[\]]*)\]", entry):
@@ -73,7 +90,7 @@ def _expand(entry: str) -> list[str]:
     for part in parts:
         total *= len(part)
     if total > MAX_HOSTS:
-        raise HostlistError(f"hostlist entry {entry!r} names more than {MAX_HOSTS} hosts")
+        raise HostlistError(f"hostlist entry {_shown(entry)} names more than {MAX_HOSTS} hosts")
     return ["".join(pieces) for pieces in itertools.product(*parts)]
 
 
@@ -82,44 +99,26 @@ def _numbers(entry: str, inside: str) -> list[str]:
     for item in inside.split(","):
         match = _RANGE.fullmatch(item.strip())
         if not match:
-            raise HostlistError(f"hostlist entry {entry!r}: {item!r} is not a number or lo-hi")
+            raise HostlistError(
+                f"hostlist entry {_shown(entry)}: {_shown(item)} is not a number or lo-hi"
+            )
         low, high = match.group(1), match.group(2) or match.group(1)
+        if max(len(low), len(high)) > MAX_DIGITS:
+            raise HostlistError(
+                f"hostlist entry {_shown(entry)}: a number has more than {MAX_DIGITS} digits"
+            )
         if int(high) < int(low):
-            raise HostlistError(f"hostlist entry {entry!r}: range {item!r} goes backwards")
-        if int(high) - int(low) >= MAX_HOSTS:
-            raise HostlistError(f"hostlist entry {entry!r} names more than {MAX_HOSTS} hosts")
+            raise HostlistError(f"hostlist entry {_shown(entry)}: range {item!r} goes backwards")
+        if len(numbers) + int(high) - int(low) >= MAX_HOSTS:
+            raise HostlistError(f"hostlist entry {_shown(entry)} names more than {MAX_HOSTS} hosts")
         numbers.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
     return numbers
 
 
-def expand_hostlist(text: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """Host names of a hostlist: Slurm's own answer (`scontrol show hostnames`) when scontrol
-    is here and configured, our parser's otherwise. Raises HostlistError on bad syntax."""
-    ours = parse_hostlist(text)  # validates first: a clear error whatever scontrol says
-    if not ours:
+def expand_hostlist(text: str) -> list[str]:
+    """Host names of a hostlist, expanded here: no argv of Slurm's grows with the range.
+    Raises HostlistError on bad syntax, an empty list, or more than MAX_HOSTS names."""
+    hosts = parse_hostlist(text)
+    if not hosts:
         raise HostlistError("the hostlist is empty")
-    theirs = scontrol_hostnames(text, env)
-    return theirs if theirs else ours
-
-
-def scontrol_hostnames(text: str, env: Mapping[str, str] | None = None) -> list[str] | None:
-    """`scontrol show hostnames TEXT`, or None when scontrol is absent, unconfigured or
-    rejects it (22.05 prints "Invalid hostlist" and still exits 0)."""
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return None
-    try:
-        done = subprocess.run(
-            [scontrol, "show", "hostnames", text],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_SECONDS,
-            env=dict(env) if env is not None else None,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = done.stdout.split()
-    if done.returncode != 0 or "Invalid hostlist" in done.stdout + done.stderr or not names:
-        return None
-    return names
+    return hosts

@@ -3,7 +3,9 @@ node-side prelude: stdlib only, Python 3.8+).
 
 srun gives every task the same stdin and merges their stdout, so the control side addresses
 each line to a node by name and the relay frames what its commands print into short lines
-tagged with the node and command id: one step carries every node's conversation.
+tagged with the node and command id: one step carries every node's conversation. The control
+side credits a line to the node that srun's `--label` names (never to the node the line
+claims) and drops a line whose tag is not that node.
 
 In (one line each): `B id b64` a blob every node keeps; `C node cid b64json` start
 {argv, timeout}; `I node cid b64` stdin bytes; `R node cid id` a blob as stdin; `E node cid`

@@ -22,11 +22,11 @@ from clusterkit.errors import ConfigError, UsageError
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
 from clusterkit.inventory.settings import VARIABLE, parse_settings
 from clusterkit.inventory.yamlfile import load_yaml
-from clusterkit.slurm.hostlist import expand_hostlist
+from clusterkit.slurm.hostlist import NODE_NAME, check_node_name, expand_hostlist
 
 SLURM_SECONDS = 15.0  # sinfo / scontrol answer from slurmctld: bounded like any remote call
+NAMES_IN_ARGV = 32768  # characters of node names given to scontrol; past that it lists all
 _SETTINGS_KEYS = (VARIABLE, "ansible_python_interpreter")
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,16 @@ def slurm_target(
                 "--slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is not set)",
                 hint="run it in sbatch/salloc, or name nodes with --slurm-nodes/--slurm-partition",
             )
-        names, source = expand_hostlist(nodelist, env), "SLURM_JOB_NODELIST"
+        names, source = expand_hostlist(nodelist), "SLURM_JOB_NODELIST"
     elif getattr(args, "slurm_nodes", None):
-        names, source = expand_hostlist(args.slurm_nodes, env), "--slurm-nodes"
+        names, source = expand_hostlist(args.slurm_nodes), "--slurm-nodes"
         job_id = job_id if _inside(names, env) else None
     else:
         partition = args.slurm_partition
         names, source = partition_nodes(partition, env), f"--slurm-partition {partition}"
         job_id = job_id if _inside(names, env) else None
     for name in names:
-        if not _NODE_NAME.fullmatch(name):
-            raise UsageError(f"{source}: {name!r} is not a valid node name")
+        check_node_name(name, source)
     names = list(dict.fromkeys(names))  # a node named twice is checked once
     settings_file = getattr(args, "settings", None)
     if inventory is not None and settings_file:
@@ -115,7 +114,7 @@ def _inside(names: list[str], env: Mapping[str, str]) -> bool:
     nodelist = env.get("SLURM_JOB_NODELIST")
     if not nodelist:
         return False
-    return set(names) <= set(expand_hostlist(nodelist, env))
+    return set(names) <= set(expand_hostlist(nodelist))
 
 
 def _hosts_from_inventory(inventory: Inventory, names: list[str], source: str) -> list[Host]:
@@ -168,6 +167,8 @@ def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
         )
     except subprocess.TimeoutExpired:
         raise UsageError(f"{what}: {argv[0]} did not answer in {SLURM_SECONDS:g} s") from None
+    except OSError as error:
+        raise UsageError(f"{what}: cannot run {argv[0]}: {error.strerror or error}") from None
     if done.returncode != 0:
         # scontrol says "Partition x not found" on stdout, other errors on stderr.
         said = done.stderr.strip() or done.stdout.strip()
@@ -178,28 +179,32 @@ def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
 
 def partition_nodes(partition: str, env: Mapping[str, str]) -> list[str]:
     """Every node of a partition, as `scontrol show partition` lists them."""
-    if not _NODE_NAME.fullmatch(partition):
+    if not NODE_NAME.fullmatch(partition):
         raise UsageError(f"--slurm-partition: {partition!r} is not a valid partition name")
     what = f"--slurm-partition {partition}"
     text = _slurm_command(["scontrol", "show", "partition", partition, "-o"], env, what)
     match = re.search(r"(?:^|\s)Nodes=(\S+)", text)
     if not match or match.group(1) == "(null)":
         raise UsageError(f"{what}: the partition has no nodes")
-    return expand_hostlist(match.group(1), env)
+    return expand_hostlist(match.group(1))
 
 
 def node_addresses(names: list[str], env: Mapping[str, str]) -> dict[str, str]:
-    """NodeName -> NodeAddr from `scontrol show node` (SSH goes there); {} when unknown."""
+    """NodeName -> NodeAddr from `scontrol show node` (SSH goes there); {} when unknown.
+    Many names are not put in scontrol's argv (Linux refuses one argument over 128 KiB):
+    then every node is listed and only ours kept."""
     if shutil.which("scontrol") is None:
         return {}
+    joined = ",".join(names)
+    which = [joined] if len(joined) <= NAMES_IN_ARGV else []
     try:
-        text = _slurm_command(["scontrol", "show", "node", ",".join(names), "-o"], env, "nodes")
+        text = _slurm_command(["scontrol", "show", "node", *which, "-o"], env, "nodes")
     except UsageError:
         return {}
-    addresses = {}
+    addresses, wanted = {}, set(names)
     for line in text.splitlines():
         name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
         addr = re.search(r"(?:^|\s)NodeAddr=(\S+)", line)
-        if name and addr:
+        if name and addr and name.group(1) in wanted:
             addresses[name.group(1)] = addr.group(1)
     return addresses

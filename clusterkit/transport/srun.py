@@ -3,10 +3,13 @@
 A phase (probe, network, bench) opens ONE step, `srun --nodes N --ntasks-per-node 1
 --overlap`, running clusterkit/slurm/relay.py on every node; each per-host SrunTransport
 then starts its command through that step (its stdin lines are addressed to its node, its
-output comes back framed and tagged), so stages use the same run/start contract as over SSH
-and no SSH key is needed. Every command is bounded on the node (the relay kills its process
-group at the deadline), every step by srun --time and by us (scancel at the end of the
-phase or on Ctrl-C), so nothing is left running.
+output comes back framed), so stages use the same run/start contract as over SSH and no SSH
+key is needed. srun merges what every node prints: a line is credited to the node that
+printed it by srun's own `--label` (the task id) and the step's layout, which we choose
+(`--distribution=arbitrary`: task i runs on the i-th node of `--nodelist`), never by what
+the line says, so no node can answer for another. Every command is bounded on the node (the
+relay kills its process group at the deadline), every step by srun --time and by us
+(scancel at the end of the phase or on Ctrl-C), so nothing is left running.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from clusterkit.errors import TransportError
 from clusterkit.nodescript.compose import node_script
+from clusterkit.slurm.hostlist import check_node_name
 from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline, PumpedProcess
 from clusterkit.transport.pool import register_cancellable
 
@@ -37,6 +41,9 @@ KILL_SECONDS = 5.0  # a command killed on its node reports back by then
 BLOB_MIN = 2048  # stdin at least this long is broadcast once and referred to by digest
 _TASK_ERROR = re.compile(r"srun: error: (\S+): task \d+: (.+)")
 _LAUNCH_FAILED = re.compile(r"srun: error: Task launch for \S+ failed on node (\S+): (.+)")
+_LABEL = re.compile(rb" *(\d{1,9}): ")  # what `srun --label` puts before each task's line
+# Variables that would change the layout or the labelling of the step behind our back.
+_LAYOUT_ENV = ("SLURM_HOSTFILE", "SLURM_UNBUFFEREDIO", "SLURM_DISTRIBUTION", "SLURM_LABELIO")
 
 
 class StepLost(Exception):
@@ -65,40 +72,21 @@ class SrunStep:
         self.failed: dict[str, str] = {}  # node -> why its relay is gone
         self.launch_failed: dict[str, str] = {}  # node -> why the step could not start there
         self.deadline = deadline
-        self.ids: tuple[str, str] | None = None  # (job, step) once a relay said so
+        self.tasks = dict(enumerate(self.hosts))  # task id -> node, by the layout we ask for
+        self.said_ids: dict[str, tuple[str, str]] = {}  # node -> (job, step) its relay said
         self.processes: dict[str, SrunProcess] = {}
         self.ended = False  # srun exited: nothing more will come
         self.stderr_tail: list[str] = []
         self._written: set[str] = set()  # blobs every node already has
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
-        minutes = max(1, math.ceil(deadline.remaining() / 60) + 1)
-        argv = [
-            *session.srun,
-            f"--nodes={len(self.hosts)}",
-            f"--ntasks={len(self.hosts)}",
-            "--ntasks-per-node=1",
-            f"--nodelist={','.join(self.hosts)}",
-            "--overlap",
-            "--kill-on-bad-exit=0",
-            f"--time={minutes}",
-            f"--job-name=clusterkit-{name}",
-            "--quiet",
-            *session.extra_args,
-            session.interpreter,
-            "-S",
-            "-c",
-            relay_source(),
-        ]
-        if session.job_id:
-            argv.insert(len(session.srun), f"--jobid={session.job_id}")
         try:
             self.popen = subprocess.Popen(
-                argv,
+                self._argv(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # Ctrl-C is ours to handle: scancel, not a raw SIGINT
-                env=dict(session.env) if session.env is not None else None,
+                env=self._env(),
             )
         except OSError as error:
             raise TransportError(
@@ -109,21 +97,66 @@ class SrunStep:
         for target in (self._read_stdout, self._write_stdin):
             threading.Thread(target=target, daemon=True).start()
 
+    def _argv(self) -> list[str]:
+        """srun's command line; the options that fix the layout and the labels come after
+        the settings' srun_args, so that none of those can change them (srun keeps the last)."""
+        session = self.session
+        minutes = max(1, math.ceil(self.deadline.remaining() / 60) + 1)
+        return [
+            *session.srun,
+            *([f"--jobid={session.job_id}"] if session.job_id else []),
+            "--overlap",
+            "--kill-on-bad-exit=0",
+            f"--time={minutes}",
+            f"--job-name=clusterkit-{self.name}",
+            "--quiet",
+            *session.extra_args,
+            f"--nodes={len(self.hosts)}",
+            f"--ntasks={len(self.hosts)}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(self.hosts)}",
+            "--distribution=arbitrary",  # task i on the i-th node of --nodelist
+            "--label",
+            session.interpreter,
+            "-S",
+            "-c",
+            relay_source(),
+        ]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(self.session.env if self.session.env is not None else os.environ)
+        for name in _LAYOUT_ENV:
+            env.pop(name, None)
+        return env
+
+    @property
+    def ids(self) -> tuple[str, str] | None:
+        """(job, step) of the step, once every relay that spoke agrees on it (and on our job):
+        scancel ends what this says, so one node's word alone never chooses it."""
+        said = set(self.said_ids.values())
+        if len(said) != 1:
+            return None
+        job, step = next(iter(said))
+        if not (job.isdigit() and step.isdigit()):
+            return None
+        return (job, step) if self.session.job_id in (None, job) else None
+
     # --- the three pumps ----------------------------------------------------------------
 
     def _read_stdout(self) -> None:
         assert self.popen.stdout is not None
         for line in self.popen.stdout:
-            words = line.split()
-            if len(words) < 3:
+            said = self._attribute(line)
+            if said is None:
                 continue
-            node, cid, kind = (word.decode("ascii", "replace") for word in words[:3])
+            node, words = said
+            cid, kind = words[1], words[2]
             with self.cond:
                 if kind == "ready" and len(words) >= 5:
                     self.ready.add(node)
-                    self.ids = self.ids or (words[3].decode(), words[4].decode())
+                    self.said_ids.setdefault(node, (words[3], words[4]))
                 elif (process := self.processes.get(cid)) is not None and process.host == node:
-                    process._receive(kind, words[3] if len(words) > 3 else b"")
+                    process._receive(kind, words[3] if len(words) > 3 else "")
                 self.cond.notify_all()
         try:
             self.popen.wait(STOP_SECONDS)
@@ -135,15 +168,32 @@ class SrunStep:
             self.ended = True
             self.cond.notify_all()
 
+    def _attribute(self, line: bytes) -> tuple[str, list[str]] | None:
+        """(node, words) of a relay's line, the node being the one srun's label names; None
+        for a line without a label, or one that claims to come from another node."""
+        label = _LABEL.match(line)
+        node = self.tasks.get(int(label.group(1))) if label else None
+        if label is None or node is None:
+            return None
+        words = line[label.end() :].decode("ascii", "replace").split()
+        if len(words) < 3 or words[0] != node:
+            return None  # a node speaking for another: not believed, not credited to anyone
+        return node, words
+
     def _read_stderr(self) -> None:
         assert self.popen.stderr is not None
         for raw in self.popen.stderr:
-            line = raw.decode("utf-8", "replace").rstrip()
+            label = _LABEL.match(raw)
+            line = raw[label.end() if label else 0 :].decode("utf-8", "replace").rstrip()
+            if label:  # a node's own stderr, shown as its own
+                task = int(label.group(1))
+                line = f"{self.tasks.get(task, f'task {task}')}: {line}"
             with self.cond:
+                # Only srun's own (unlabelled) lines say which node failed.
                 self.stderr_tail = [*self.stderr_tail[-20:], line]
-                if match := _LAUNCH_FAILED.match(line):
+                if label is None and (match := _LAUNCH_FAILED.match(line)):
                     self.launch_failed.setdefault(match.group(1), match.group(2))
-                elif match := _TASK_ERROR.match(line):
+                elif label is None and (match := _TASK_ERROR.match(line)):
                     self.failed.setdefault(match.group(1), match.group(2))
                 self.cond.notify_all()
 
@@ -288,14 +338,19 @@ class SrunProcess(PumpedProcess):
         self._killed = False  # the relay killed it at its timeout
         self._done = False
 
-    def _receive(self, kind: str, payload: bytes) -> None:
-        """From the step's reader, under its lock."""
-        if kind in ("o", "e"):
-            self._keep(self._out if kind == "o" else self._err, base64.b64decode(payload))
-        elif kind == "x":
-            self._exit, self._done = int(payload), True
-        elif kind == "t":
-            self._killed, self._done = True, True
+    def _receive(self, kind: str, payload: str) -> None:
+        """From the step's reader, under its lock; a malformed line is dropped (its node's
+        relay is ours, but what a node prints is not to be trusted)."""
+        try:
+            if kind in ("o", "e"):
+                data = base64.b64decode(payload, validate=True)
+                self._keep(self._out if kind == "o" else self._err, data)
+            elif kind == "x":
+                self._exit, self._done = int(payload), True
+            elif kind == "t":
+                self._killed, self._done = True, True
+        except ValueError:  # binascii.Error is one
+            return
 
     def _gone(self) -> str | None:
         step = self._step
@@ -372,7 +427,10 @@ class SrunSession:
         scancel: str = "scancel",
         on_close: Callable[[], None] | None = None,
     ) -> None:
-        self.hosts, self.job_id, self.interpreter = list(hosts), job_id, interpreter
+        # Each name is one element of --nodelist and one task of the layout: a hostlist or a
+        # comma in it would shift every node's output onto another's name.
+        self.hosts = [check_node_name(host, "srun") for host in hosts]
+        self.job_id, self.interpreter = job_id, interpreter
         self.extra_args, self.env, self.srun, self.scancel = (
             list(extra_args),
             env,

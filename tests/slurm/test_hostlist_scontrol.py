@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from clusterkit.slurm.hostlist import parse_hostlist, scontrol_hostnames
+from clusterkit.slurm.hostlist import parse_hostlist
+from clusterkit.slurm.target import slurm_target
+from tests.support.slurmcluster import SlurmCluster
 from tests.unit.test_slurm_hostlist import INVALID, VALID
 
 REAL_WORLD = [
@@ -24,6 +29,23 @@ REAL_WORLD = [
     "node01,node02,node03",
     "x[7]",
 ]
+
+
+def scontrol_hostnames(text: str, env: Mapping[str, str]) -> list[str] | None:
+    """`scontrol show hostnames TEXT`, or None when scontrol rejects it (22.05 prints
+    "Invalid hostlist" and still exits 0)."""
+    done = subprocess.run(
+        ["scontrol", "show", "hostnames", text],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env=dict(env),
+        check=False,
+    )
+    names = done.stdout.split()
+    if done.returncode != 0 or "Invalid hostlist" in done.stdout + done.stderr or not names:
+        return None
+    return names
 
 
 @pytest.fixture
@@ -48,3 +70,19 @@ def test_parser_matches_scontrol(slurm_env: dict[str, str], text: str) -> None:
 @pytest.mark.parametrize("text", [t for t in INVALID if "[" in t and t.endswith("]")])
 def test_scontrol_rejects_what_the_parser_rejects(slurm_env: dict[str, str], text: str) -> None:
     assert scontrol_hostnames(text, slurm_env) is None
+
+
+def test_a_range_too_long_for_one_argument_is_expanded_here(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """65,536 names joined are over Linux's 128 KiB for one argument: `scontrol show node`
+    once failed with "Argument list too long" and a traceback. The real nodes among them
+    still get their addresses from Slurm."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    given = SimpleNamespace(
+        slurm=False, slurm_nodes="node[1-3],n[3-65535]", slurm_partition=None, settings=None
+    )
+    hosts = slurm_target(given, None, slurm.env).inventory.hosts
+    assert len(hosts) == 65536 and hosts[-1].name == "n65535"
+    assert hosts[0].address == slurm.net["node1"].address
+    assert hosts[-1].address == "n65535"  # not a Slurm node: its own name

@@ -59,3 +59,20 @@ def test_node_drained_by_an_admin_stays_drained(slurm: SlurmCluster) -> None:
     status, report, _ = node_check(slurm, "node3", "--slurm-drain")
     assert status == 0 and report["details"]["slurm"]["action"] == "keep"
     assert slurm.node_state("node3") == ("IDLE+DRAIN", "admin: fan swap")
+
+
+def test_a_hostlist_as_the_node_name_drains_nothing(slurm: SlurmCluster) -> None:
+    """SLURMD_NODENAME='node[1-3]' on a failing node once drained the whole range through
+    scontrol; a name that is not one node's is a one-line error before scontrol sees it."""
+    slurm.net["node2"].set_gpus(ecc_errors={3: 2})
+    for variable in ("SLURMD_NODENAME=node[1-3]", "SLURMD_NODENAME=node1,node3"):
+        command = slurm.net["node2"].ssh_argv(
+            "env", f"SLURM_CONF={slurm.conf}", variable, sys.executable, "-m", "clusterkit",
+            "node-check", "--slurm-drain",
+        )  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "SLURMD_NODENAME" in done.stderr and "not a single node name" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    for node in slurm.node_names:
+        assert "DRAIN" not in slurm.node_state(node)[0], node

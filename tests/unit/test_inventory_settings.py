@@ -19,6 +19,7 @@ from clusterkit.inventory.model import (
     ProbeSettings,
 )
 from clusterkit.inventory.settings import SECTIONS, TOP_RULES, field_names
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -174,6 +175,16 @@ def test_settings_resolve_with_precedence_and_must_agree(tmp_path: Path) -> None
         ("{master_port: true}", 4, "clusterkit.master_port", "integer"),
         ("{master: [a, b]}", 4, "clusterkit.master", "must be a string"),
         ("{interface: ''}", 4, "clusterkit.interface", "must not be empty"),
+        ('{interface: "eth\\0"}', 4, "clusterkit.interface", "'eth\\x00' is not"),
+        ('{interface: "eth0\\e[2J"}', 4, "clusterkit.interface", "not an interface name"),
+        ("{interface: ../../x}", 4, "clusterkit.interface", "not an interface name"),
+        ("{interface: 'eth0 eth1'}", 4, "clusterkit.interface", "not an interface name"),
+        ("{interface: enp1s0f0np0-extra}", 4, "clusterkit.interface", "at most 15"),
+        ("{interface: '..'}", 4, "clusterkit.interface", "not an interface name"),
+        ("{interface: 'eth0,,ib0'}", 4, "clusterkit.interface", "not an interface name"),
+        ("{interface: 'ib0:x'}", 4, "clusterkit.interface", "not an interface name"),
+        ("{interface: '^'}", 4, "clusterkit.interface", "not an interface name"),
+        ("{slurm: {srun_args: [--distribution=cyclic]}}", 4, "clusterkit.slurm.srun_args", "--dis"),
         ("{expect: {gpus_per_node: many}}", 4, "clusterkit.expect.gpus_per_node", "integer"),
         ("{expect: {driver: {min: 550}}}", 4, "clusterkit.expect.driver", "must be a string"),
         ("{expect: [driver]}", 4, "clusterkit.expect", "must be a mapping"),
@@ -335,3 +346,23 @@ def test_the_settings_reference_lists_every_key_and_no_other() -> None:
     rows = re.findall(r"^\| `([a-z_.]+)` \|", (REPO / "docs/settings.md").read_text(), re.M)
     assert len(rows) == len(set(rows)), "a key is listed twice"
     assert {f"clusterkit.{row}" for row in rows} == _leaf_keys()
+
+
+@pytest.mark.parametrize(
+    "value", ["eth0", "=eth0", "^docker,lo", "^=eth1", "ib0:1", "ib", "bond0.100", "enp1s0f0np0"]
+)
+def test_interface_takes_nccl_syntax(tmp_path: Path, value: str) -> None:
+    inventory = load(
+        tmp_path, f"all:\n  hosts: {{a: }}\n  vars:\n    clusterkit: {{interface: '{value}'}}\n"
+    )
+    assert inventory.settings.interface == value
+
+
+def test_a_bad_interface_is_one_line_naming_the_file_and_setting(tmp_path: Path) -> None:
+    """A NUL in the interface once passed the load and showed up as a lost node."""
+    path = tmp_path / "inventory.yaml"
+    path.write_text('all:\n  hosts: {node4: }\n  vars:\n    clusterkit: {interface: "eth\\0"}\n')
+    done = run_cli(["check", str(path)])
+    assert done.status == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"{path}:4: clusterkit.interface: " in done.stderr and "node4" not in done.stderr

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from clusterkit.slurm.drain import REASON_LIMIT, NodeState, decide, drain_reason
+import pytest
+
+from clusterkit.errors import UsageError
+from clusterkit.slurm.drain import (
+    REASON_LIMIT,
+    NodeState,
+    decide,
+    drain_reason,
+    local_node_name,
+)
 
 
 def test_a_failing_node_drains_with_the_check_ids() -> None:
@@ -27,3 +36,10 @@ def test_our_drain_is_lifted_once_the_node_passes_and_updated_while_it_fails() -
 def test_a_healthy_undrained_node_is_untouched_and_long_reasons_are_cut() -> None:
     assert decide(NodeState("MIXED", ""), []).kind == "keep"
     assert len(drain_reason([f"check.{i:03d}" for i in range(100)])) == REASON_LIMIT
+
+
+def test_the_node_name_from_slurm_must_be_one_node() -> None:
+    assert local_node_name({"SLURMD_NODENAME": "gpu07"}) == "gpu07"
+    for bad in ("gpu[01-64]", "gpu01,gpu02", "gpu01 gpu02", "../x", "a\x1b[2Jb"):
+        with pytest.raises(UsageError, match=r"SLURMD_NODENAME: .* is not a single node name"):
+            local_node_name({"SLURMD_NODENAME": bad})

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.slurm.hostlist import HostlistError, expand_hostlist, parse_hostlist
+from clusterkit.errors import UsageError
+from clusterkit.slurm.hostlist import (
+    HostlistError,
+    check_node_name,
+    expand_hostlist,
+    parse_hostlist,
+)
 
 # (hostlist, expansion) as Slurm 22.05's `scontrol show hostnames` prints them.
 VALID = [
@@ -52,8 +58,37 @@ def test_a_huge_range_is_refused_before_expanding() -> None:
         parse_hostlist("n[1-99999999]")
 
 
-def test_expand_without_scontrol_uses_the_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
+def test_expand_uses_the_parser() -> None:
     assert expand_hostlist("gpu[1-2]") == ["gpu1", "gpu2"]
     with pytest.raises(HostlistError, match="empty"):
         expand_hostlist(" , ")
+
+
+def test_a_number_of_thousands_of_digits_is_one_clear_error() -> None:
+    """Past 4,300 digits int() itself refuses (a ValueError and a traceback once)."""
+    with pytest.raises(HostlistError, match="more than 18 digits") as caught:
+        parse_hostlist("n[" + "7" * 5000 + "]")
+    assert len(str(caught.value)) < 200  # one line, not the 5,000 digits
+
+
+def test_many_ranges_in_one_bracket_are_capped_as_they_grow() -> None:
+    with pytest.raises(HostlistError, match="more than"):
+        parse_hostlist("n[" + ",".join(["1-60000"] * 200) + "]")
+
+
+def test_the_largest_allowed_range_expands_in_process() -> None:
+    hosts = expand_hostlist("n[0-65535]")
+    assert len(hosts) == 65536 and hosts[-1] == "n65535"
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu[01-64]", "a,b", "a b", "a/b", "-oProxyCommand=x", "a\x00b", "a\nb", "", "é"]
+)
+def test_a_node_name_is_one_node(name: str) -> None:
+    with pytest.raises(UsageError, match=r"SLURMD_NODENAME: .* is not a single node name"):
+        check_node_name(name, "SLURMD_NODENAME")
+
+
+def test_plain_node_names_pass() -> None:
+    for name in ("node1", "gpu-01.rack2", "A100_7"):
+        assert check_node_name(name, "x") == name

@@ -19,6 +19,7 @@ from clusterkit.report import Report
 from clusterkit.slurm.check import failing_hosts, slurm_stages
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmTarget, slurm_target
+from clusterkit.transport.srun import SrunSession
 
 NO_SLURM = {"PATH": "/nonexistent"}  # no scontrol: our own hostlist parser
 
@@ -70,7 +71,7 @@ def test_usage_errors(tmp_path: Path) -> None:
         slurm_target(args(slurm=True), None, NO_SLURM)
     with pytest.raises(UsageError, match="cannot be combined"):
         slurm_target(args(slurm=True, slurm_nodes="n1"), None, NO_SLURM)
-    with pytest.raises(UsageError, match="not a valid node name"):
+    with pytest.raises(UsageError, match="not a single node name"):
         slurm_target(args(slurm_nodes="n1,-oProxyCommand=x"), None, NO_SLURM)
     inventory = tmp_path / "inv.yaml"
     inventory.write_text("all:\n  hosts:\n    n1: {}\n")
@@ -138,3 +139,11 @@ def test_every_stage_that_acts_on_nodes_runs_in_a_step(tmp_path: Path) -> None:
     assert kinds.pop("static") is not InStep
     assert kinds and all(kind is InStep for kind in kinds.values()), kinds
     assert {"probe", "storage", "network", "image", "bench"} <= set(kinds)
+
+
+def test_an_srun_session_takes_single_node_names_only() -> None:
+    """A hostlist or a comma in a name would make more tasks than the layout has names, and
+    shift every node's output onto another's name."""
+    for bad in ("gpu[1-2]", "a,b"):
+        with pytest.raises(UsageError, match=r"srun: .* is not a single node name"):
+            SrunSession([bad], job_id="1")
