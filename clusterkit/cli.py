@@ -158,6 +158,14 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         help="print the provisioning commands that fix the current findings",
     )
     _add_bench_gate_options(parser)
+    parser.add_argument(
+        "--python",
+        type=_interpreter,
+        default=None,
+        metavar="PATH",
+        help="the Python the job runs (default: ansible_python_interpreter, else python3 on "
+        "PATH): torch is checked for it",
+    )
     _add_slurm_options(parser)
     _add_connection_options(parser)
     _add_report_options(parser)
@@ -234,6 +242,13 @@ def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _interpreter(value: str) -> str:
+    """A Python to run: a path or a name on PATH, never an option or a control character."""
+    if not value or value.startswith("-") or not value.isprintable():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a Python interpreter path")
+    return value
+
+
 def _add_node_check(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "node-check",
@@ -259,6 +274,14 @@ def _add_node_check(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="NAME",
         help="Slurm's name for this node (default: $SLURMD_NODENAME, else hostname -s)",
+    )
+    parser.add_argument(
+        "--python",
+        type=_interpreter,
+        default=None,
+        metavar="PATH",
+        help="the Python the job runs (default: the settings' ansible_python_interpreter, "
+        "else python3 on PATH): torch is checked for it",
     )
     parser.add_argument("--strict", action="store_true", help="warnings fail the verdict too")
     parser.add_argument(
@@ -515,7 +538,7 @@ def _add_cost(sub: argparse._SubParsersAction) -> None:
         "--max-price-age-days",
         type=float,
         metavar="DAYS",
-        help="warn when catalog prices are older (default 365)",
+        help="warn when a catalog price used is older (default 180)",
     )
     sim = parser.add_argument_group("simulation and output")
     sim.add_argument(

@@ -31,6 +31,8 @@ def static_findings(
     expect: Expectations,
     inventory_path: str | None = None,
     busy_mib: int = DEFAULT_BUSY_MIB,
+    *,
+    machine_only: bool = False,
 ) -> list[Finding]:
     """Every check that needs only the probe's facts, over the hosts that answered."""
 
@@ -40,7 +42,7 @@ def static_findings(
     checks: list[Callable[[], list[Finding]]] = [
         lambda: parity_findings(facts, remedy),
         lambda: expectation_findings(facts, expect, remedy),
-        lambda: torch_findings(facts),
+        lambda: torch_findings(facts, machine_only=machine_only),
         lambda: driver_cuda_findings(facts, remedy),
         lambda: gpu_findings(facts, remedy),
         lambda: gpu_presence_findings(facts, expect, remedy),

@@ -110,7 +110,9 @@ def _cuda_pin(facts: Facts, wanted: str) -> Finding:
     )
 
 
-def torch_findings(facts: Facts) -> list[Finding]:
+def torch_findings(facts: Facts, *, machine_only: bool = False) -> list[Finding]:
+    """torch for the job's Python on every host. `machine_only`: the check of this machine
+    alone, where a missing torch says what the machine can run (a warning)."""
     if not facts:
         return [Finding("torch.present", Status.SKIP, "not checked: no host reported facts")]
     missing = {}
@@ -124,7 +126,9 @@ def torch_findings(facts: Facts) -> list[Finding]:
         elif torch.get("import_error"):
             broken[host] = torch["import_error"]
     findings = []
-    if missing:
+    if missing and machine_only:
+        findings.append(_machine_without_torch(missing))
+    elif missing:
         where = ", ".join(f"{h} ({interp})" for h, interp in missing.items())
         findings.append(
             Finding(
@@ -135,7 +139,7 @@ def torch_findings(facts: Facts) -> list[Finding]:
                 expected="torch importable",
                 found="missing",
                 remedy="install the same torch on every node, or run the job in the cluster image; "
-                "set ansible_python_interpreter to the Python the job uses",
+                "set ansible_python_interpreter (or --python) to the Python the job uses",
             )
         )
     else:
@@ -174,6 +178,19 @@ def torch_findings(facts: Facts) -> list[Finding]:
             )
         )
     return findings
+
+
+def _machine_without_torch(missing: Mapping[str, str]) -> Finding:
+    interpreters = ", ".join(dict.fromkeys(missing.values()))
+    return Finding(
+        "torch.present",
+        Status.WARN,
+        f"torch missing for {interpreters}: install torch to run jobs here",
+        hosts=list(missing),
+        expected="torch importable",
+        found="missing",
+        remedy="install torch for that Python, or name the job's Python with --python PATH",
+    )
 
 
 def driver_verdict(

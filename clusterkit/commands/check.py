@@ -8,7 +8,7 @@ import time
 from typing import TextIO
 
 from clusterkit.checks.model import Status
-from clusterkit.commands.common import checked_session, load_targets
+from clusterkit.commands.common import checked_session, load_targets, machine_only
 from clusterkit.provision.remedy import command_of
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
     inventory, slurm = load_targets(args)
     with progress() as bar:
-        session = checked_session(args, inventory, bar, slurm)
+        session = checked_session(args, inventory, bar, slurm, machine=machine_only(args))
         session.close()
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
     plan = fix_plan(report) if args.fix_plan else None

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.errors import UsageError
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.provision.remedy import with_stage_fixes
+from clusterkit.redact import redact
 from clusterkit.slurm.check import slurm_stages
 from clusterkit.slurm.target import SlurmTarget, slurm_target, wants_slurm
 from clusterkit.stages import Session, Stage, run_stages
@@ -39,7 +41,7 @@ def load_targets(args: argparse.Namespace) -> tuple[Inventory, SlurmTarget | Non
     via_ansible = getattr(args, "inventory_via_ansible", False)
     inventory = load_inventory(sources, via_ansible=via_ansible) if sources else None
     for warning in inventory.warnings if inventory else ():  # Ansible would warn too: once
-        print(f"clusterkit: warning: {warning}", file=sys.stderr)
+        print(f"clusterkit: warning: {redact(warning)}", file=sys.stderr)
     if wants_slurm(args):
         target = slurm_target(args, inventory)
         inventory = target.inventory
@@ -51,10 +53,26 @@ def load_targets(args: argparse.Namespace) -> tuple[Inventory, SlurmTarget | Non
                 "--transport srun needs Slurm nodes: add --slurm, --slurm-nodes or "
                 "--slurm-partition"
             )
-        target, inventory = None, inventory or local_inventory()
+        # This machine runs the job's Python as a node would: python3 on PATH, not the
+        # interpreter clusterkit happens to run under.
+        target, inventory = None, inventory or _job_python(local_inventory(), None)
+    if getattr(args, "python", None):
+        inventory = _job_python(inventory, args.python)
     if getattr(args, "limit", None):
         inventory = select_hosts(inventory, args.limit)
     return inventory, target
+
+
+def _job_python(inventory: Inventory, python: str | None) -> Inventory:
+    """Every host runs `python` (None: each node's default, python3 on PATH)."""
+    hosts = tuple(replace(host, python_interpreter=python) for host in inventory.hosts)
+    return replace(inventory, hosts=hosts)
+
+
+def machine_only(args: argparse.Namespace) -> bool:
+    """Whether the check describes this machine rather than a job's nodes: no inventory,
+    no Slurm nodes and no --python. A missing torch then says what the machine can run."""
+    return not (inventory_sources(args) or wants_slurm(args) or getattr(args, "python", None))
 
 
 def inventory_sources(args: argparse.Namespace) -> list[str]:
@@ -108,6 +126,8 @@ def checked_session(
     inventory: Inventory,
     bar: ProgressSink,
     slurm: SlurmTarget | None = None,
+    *,
+    machine: bool = False,
 ) -> Session:
     """A session over `inventory` with every stage of the check run; its connections stay
     open for the caller to use and close (closed here when the check itself raises). On
@@ -116,7 +136,7 @@ def checked_session(
     session = Session(
         inventory,
         None,
-        SessionOptions(forks=args.forks, skip=frozenset(args.skip)),
+        SessionOptions(forks=args.forks, skip=frozenset(args.skip), machine_only=machine),
         progress=bar,
     )
     try:

@@ -12,9 +12,10 @@ from clusterkit.checks import static_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import ClusterSettings
-from clusterkit.probe.runner import probe_host
+from clusterkit.probe.runner import DEFAULT_INTERPRETER, probe_host
 from clusterkit.report import Report, emit
 from clusterkit.slurm import drain
+from clusterkit.slurm.hostlist import check_node_name
 from clusterkit.slurm.target import load_settings
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
@@ -27,15 +28,22 @@ PROBE_OPTIONS = {"timeout": 15, "no_torch_import": True}
 
 def run(args: argparse.Namespace) -> ExitStatus:
     started = time.monotonic()
-    settings = load_settings(args.settings)[0] if args.settings else ClusterSettings()
-    name = args.node_name or drain.local_node_name()
+    # The name reaches scontrol and the report: one node's, checked before either sees it.
+    name = (
+        check_node_name(args.node_name, "--node-name")
+        if args.node_name
+        else drain.local_node_name()
+    )
+    settings, interpreter = (
+        load_settings(args.settings) if args.settings else (ClusterSettings(), None)
+    )
+    # The job's Python, as for any node: not the one clusterkit runs under.
+    python = args.python or interpreter or DEFAULT_INTERPRETER
     findings: list[Finding] = []
     facts = {}
     transport = LocalTransport(name)
     try:
-        facts[name] = probe_host(
-            transport, sys.executable, PROBE_OPTIONS, Deadline.after(args.timeout)
-        )
+        facts[name] = probe_host(transport, python, PROBE_OPTIONS, Deadline.after(args.timeout))
     except TransportError as error:
         findings.append(Finding("probe.ran", Status.ERROR, f"{name}: {error.detail}", hosts=[name]))
     # Parity needs several nodes: on one node it says nothing.

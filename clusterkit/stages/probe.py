@@ -68,6 +68,7 @@ class StaticStage(Stage):
             inventory.settings.expect,
             inventory.path,
             busy_mib=inventory.settings.gpu_busy_mib,
+            machine_only=session.options.machine_only,
         )
         findings += job_env_findings(session.facts, inventory)
         findings += fabric_findings(session.facts, inventory.settings.image, inventory.path)

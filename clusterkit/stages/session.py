@@ -34,6 +34,9 @@ class SessionOptions:
 
     forks: int | None = None  # hosts acted on at once; None: all of them (docs/scale.md)
     skip: frozenset[str] = frozenset()
+    # `check` of this machine alone (no inventory, no --python): a missing torch says what
+    # the machine can run (a warning), not that a job's nodes are broken.
+    machine_only: bool = False
 
 
 @dataclass
