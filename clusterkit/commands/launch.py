@@ -121,9 +121,14 @@ def open_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
     if args.check_report:
         return report_gate(args, inventory)
     if args.no_check:
-        note("clusterkit: --no-check: launching WITHOUT checking the cluster")
         if args.print or args.print_dir:
+            note(
+                "clusterkit: --no-check: planned WITHOUT checking the cluster: ranks per node "
+                "from --nproc-per-node, else expect.gpus_per_node; addresses as the inventory "
+                "writes them"
+            )
             return Gate(ExitStatus.PASSED, "not checked")
+        note("clusterkit: --no-check: launching WITHOUT checking the cluster")
         return connect_gate(args, inventory, "not checked")
     return check_gate(args, inventory)
 
@@ -221,10 +226,19 @@ def launch_settings(
         torch_version=min(torch_versions) if len(torch_versions) == 1 else None,
         image=image,
         image_run_args=image_run_args(settings.image_run_args, gate.details) if image else (),
-        gpus=any(int((f.get("gpus") or {}).get("count") or 0) > 0 for f in facts.values()),
+        gpus=uses_gpus(settings.expect.gpus_per_node, facts),
         workdir=args.workdir,
         run_id=run_id,
+        checked=not args.no_check,
     )
+
+
+def uses_gpus(expected_gpus: int | None, facts: dict[str, dict[str, Any]]) -> bool:
+    """Whether the container gets `--gpus all`: any node has GPUs, or, with no facts
+    (nothing checked), the inventory expects them."""
+    if not facts:
+        return bool(expected_gpus)
+    return any(int((f.get("gpus") or {}).get("count") or 0) > 0 for f in facts.values())
 
 
 def master_address(inventory: Inventory, details: dict[str, Any]) -> str:

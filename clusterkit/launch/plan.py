@@ -47,6 +47,14 @@ VARIABLE_REASONS = {
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "prefix every rank's output line with its global rank",
     "PYTHONUNBUFFERED": "ranks print at once, so output (and the hang detector) sees progress",
 }
+# With --no-check nothing was resolved or validated: these say where the value came from.
+UNCHECKED_REASONS = {
+    "MASTER_ADDR": "clusterkit.master as the inventory writes it (not checked: --no-check)",
+    "MASTER_PORT": "clusterkit.master_port (not checked that it is free: --no-check)",
+    "NPROC_PER_NODE": "ranks on this node, not checked against its GPUs (--no-check)",
+    "NCCL_SOCKET_IFNAME": "the interface the inventory names (not validated: --no-check)",
+}
+UNCHECKED_HEADER = "# NOTHING WAS CHECKED (--no-check): the values below are the inventory's"
 RUN_DIR_VARIABLE = "CLUSTERKIT_RUN_DIR"
 RUN_DIR_REASON = (
     "this run's folder on the node (torchrun's logs, flight recorder dumps): made fresh, "
@@ -89,6 +97,7 @@ class LaunchSettings:
     gpus: bool = False  # `--gpus all` in the container
     workdir: str | None = None  # cd here on the node (mounted into the container)
     run_id: str = "job"
+    checked: bool = True  # False with --no-check: the env file says so
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -105,20 +114,28 @@ class NodeLaunch:
     container: str | None
     run_name: str
     workdir: str | None
+    checked: bool = True
 
     @property
     def command_line(self) -> str:
         """The argv for sh, the run folder as "$CLUSTERKIT_RUN_DIR" (the env file makes it)."""
         return shell_line(self.argv, {RUN_DIR: RUN_DIR_VARIABLE})
 
+    def reasons(self) -> Mapping[str, str]:
+        """Why each variable is set; unchecked values say where they came from instead."""
+        return VARIABLE_REASONS if self.checked else {**VARIABLE_REASONS, **UNCHECKED_REASONS}
+
     def env_file(self) -> str:
         """A shell-sourceable env file (`set -a; . FILE; set +a`), every value quoted. It
         makes the run folder first, fresh and private, as clusterkit's own launch does."""
         lines = [f"# clusterkit launch: node {self.host}, node rank {self.node_rank}"]
+        if not self.checked:
+            lines.append(UNCHECKED_HEADER)
         lines.append(f"# {RUN_DIR_REASON}")
         lines.append(make_folder_line(self.run_name, RUN_DIR_VARIABLE))
+        reasons = self.reasons()
         for name, value in self.env.items():
-            reason = VARIABLE_REASONS.get(name)
+            reason = reasons.get(name)
             if reason:
                 lines.append(f"# {reason}")
             lines.append(f"{name}={shell_word(value, {RUN_DIR: RUN_DIR_VARIABLE})}")
@@ -141,9 +158,12 @@ def ranks_per_node(
     expected_gpus: int | None,
     facts: Mapping[str, Mapping[str, Any]],
 ) -> int:
-    """--nproc-per-node, else the GPUs every node has (when torch can use them), else 1."""
+    """--nproc-per-node, else the GPUs every node has (when torch can use them), else 1.
+    Without facts (nothing checked) the inventory's expect.gpus_per_node stands for them."""
     if flag:
         return flag
+    if not facts:
+        return expected_gpus or 1
     cuda_builds = [torch_cuda(f) for f in facts.values()]
     usable = bool(cuda_builds) and all(build not in (None, "cpu") for build in cuda_builds)
     if not usable:
@@ -226,7 +246,16 @@ def build_plan(settings: LaunchSettings) -> list[NodeLaunch]:
         else:
             argv = [node.python, *torchrun, *settings.script]
         plan.append(
-            NodeLaunch(node.name, rank, tuple(argv), env, container, run_name, settings.workdir)
+            NodeLaunch(
+                node.name,
+                rank,
+                tuple(argv),
+                env,
+                container,
+                run_name,
+                settings.workdir,
+                checked=settings.checked,
+            )
         )
     return plan
 

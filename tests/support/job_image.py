@@ -48,6 +48,7 @@ PASSWD = "root:x:0:0:root:/root:/bin/sh\n"
 GROUP = "root:x:0:\n"
 STALE_SECONDS = 3600.0  # another variant's layer unused this long is removed
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
+LAYOUT = 2  # bumped when the layer's layout changes: a cached layer of another is not reused
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,9 @@ def image_files() -> list[str]:
 
 
 class _Layer:
-    """A tar of host paths with their parent folders and every link on the way."""
+    """A tar of host paths with their parent folders and every link on the way. Each path
+    is written once: `docker load` refuses a layer that names a path twice (the checkout, and
+    so the venv, may live under /tmp, whose entry the layer also writes itself)."""
 
     def __init__(self, tar: tarfile.TarFile) -> None:
         self.tar = tar
@@ -181,12 +184,19 @@ class _Layer:
         info.uname = info.gname = ""
         return info
 
+    def _claim(self, path: str) -> bool:
+        """True the first time a path is seen: the caller writes its entry."""
+        if path in self.added or path == "/":
+            return False
+        self.added.add(path)
+        return True
+
     def add(self, path: str, depth: int = 0) -> None:
         if path in self.added or path == "/" or depth > 40:
             return
         parent = os.path.dirname(path)
         self.add(parent, depth + 1)
-        self.added.add(path)
+        self._claim(path)
         info = self._entry(path)
         if info.issym():
             self.tar.addfile(info)
@@ -198,15 +208,31 @@ class _Layer:
                 self.tar.addfile(info, handle)
 
     def add_text(self, path: str, text: str, mode: int = 0o644) -> None:
+        self.add(os.path.dirname(path))
+        if not self._claim(path):
+            raise ValueError(f"{path} is in the layer already")
         data = text.encode()
         info = tarfile.TarInfo(path.lstrip("/"))
         info.size, info.mode = len(data), mode
         self.tar.addfile(info, io.BytesIO(data))
 
     def add_dir(self, path: str, mode: int) -> None:
+        """A folder with a fixed mode; call it before any path below it is added."""
+        if not self._claim(path):
+            raise ValueError(f"{path} is in the layer already")
         info = tarfile.TarInfo(path.lstrip("/"))
         info.type, info.mode = tarfile.DIRTYPE, mode
         self.tar.addfile(info)
+
+
+def write_layer(files: Iterable[str], tar: tarfile.TarFile) -> None:
+    """The job image's layer: its own /tmp, users and groups, then the host files."""
+    builder = _Layer(tar)
+    builder.add_dir("/tmp", 0o1777)
+    builder.add_text("/etc/passwd", PASSWD)
+    builder.add_text("/etc/group", GROUP)
+    for path in files:
+        builder.add(path)
 
 
 class _Hashing(io.RawIOBase):
@@ -241,6 +267,7 @@ def ensure_job_image() -> JobImage:
         status = os.stat(path)
         key.update(f"{path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
     key.update(json.dumps(args).encode())
+    key.update(f"layout {LAYOUT}".encode())
     tag = key.hexdigest()[:16]
     folder = STATE_DIR / "job-image"
     folder.mkdir(parents=True, exist_ok=True)
@@ -254,12 +281,7 @@ def ensure_job_image() -> JobImage:
             with open(partial, "wb") as out:
                 hashing = _Hashing(out)
                 with tarfile.open(fileobj=hashing, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                    builder = _Layer(tar)
-                    for path in files:
-                        builder.add(path)
-                    builder.add_text("/etc/passwd", PASSWD)
-                    builder.add_text("/etc/group", GROUP)
-                    builder.add_dir("/tmp", 0o1777)
+                    write_layer(files, tar)
             partial.rename(layer)
             digest_file.write_text(hashing.digest.hexdigest())
         for used in (layer, digest_file):

@@ -180,6 +180,23 @@ def test_ranks_per_node() -> None:
     assert ranks_per_node(None, None, {}) == 1
 
 
+def test_without_facts_the_inventory_expectation_gives_the_ranks() -> None:
+    """--no-check --print has no facts: it planned one rank per node on 8-GPU nodes."""
+    assert ranks_per_node(None, 8, {}) == 8
+    assert ranks_per_node(2, 8, {}) == 2  # the flag still wins
+
+
+def test_an_unchecked_plan_says_so_instead_of_naming_the_check() -> None:
+    checked = build_plan(settings())[0].env_file()
+    assert "as the check resolved it" in checked and "NOTHING WAS CHECKED" not in checked
+    text = build_plan(settings(checked=False))[1].env_file()
+    assert "# NOTHING WAS CHECKED (--no-check)" in text
+    assert "check resolved" not in text and "the check found" not in text
+    assert "the interface the check validated" not in text
+    assert "clusterkit.master as the inventory writes it" in text
+    assert render_print(build_plan(settings(checked=False))).count("NOTHING WAS CHECKED") == 3
+
+
 def test_container_jobs_run_as_the_node_user_so_they_can_write_the_run_folder():
     """Images run as a non-root USER; the run folder belongs to whoever started the job."""
     import os
