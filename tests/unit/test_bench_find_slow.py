@@ -3,7 +3,6 @@ names a slow or failing node from recorded per-group bandwidths."""
 
 from __future__ import annotations
 
-
 import itertools
 import math
 import random
