@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()  # a full or closed stdout is an error of this run
             return status
     except ClusterkitError as error:
-        _print_error(str(error))
+        _print_error(error.shown())
         return int(error.exit_status)
     except KeyboardInterrupt:
         print(

@@ -3,6 +3,7 @@ so `__main__` can print it on one line and map it to an exit status without a tr
 
 from __future__ import annotations
 
+from clusterkit.redact import redact_text
 from clusterkit.status import ExitStatus
 
 
@@ -18,6 +19,10 @@ class ClusterkitError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
+
+    def shown(self) -> str:
+        """The message as printed: a node's or a file's words in it may quote a secret."""
+        return redact_text(str(self))
 
 
 class UsageError(ClusterkitError):
@@ -39,6 +44,13 @@ class LocatedError(ClusterkitError):
     ) -> None:
         super().__init__(_located(path, message, line, key), hint=hint)
         self.path, self.line, self.key = str(path), line, key
+        self.detail = message
+
+    def shown(self) -> str:
+        """Only what is said about the key is redacted: `inv.yml:3: ansible_password: must be
+        a string` names a secret's variable, not its value."""
+        text = _located(self.path, redact_text(self.detail), self.line, self.key)
+        return f"{text} ({redact_text(self.hint)})" if self.hint else text
 
 
 class InventoryError(LocatedError):

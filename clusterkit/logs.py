@@ -13,6 +13,8 @@ import sys
 import threading
 from typing import TextIO
 
+from clusterkit.redact import redact_text
+
 PREFIX = "clusterkit"
 _OURS = "clusterkit"  # logger names under this prefix are clusterkit's own
 _HANDLER = "clusterkit-stderr"  # the handler installed here; configuring again replaces it
@@ -34,12 +36,12 @@ class _Formatter(logging.Formatter):
         message = record.getMessage()
         level = record.levelname.lower()
         if not self.debug:
-            return f"{PREFIX}: {level}: {' '.join(message.split())}"
+            return redact_text(f"{PREFIX}: {level}: {' '.join(message.split())}")
         elapsed = record.relativeCreated / 1000
         text = f"{PREFIX}: {level}: +{elapsed:.3f}s {record.threadName} {record.name}: {message}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
-        return text
+        return redact_text(text)  # records quote node output, commands and their errors
 
 
 class _OwnRecords(logging.Filter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -178,6 +179,40 @@ def _positive(value: object) -> bool:
         return False
 
 
+# chrony holds nodes on one network within a millisecond of each other: half a second off
+# means time sync is not doing its job, and one job's per-node logs and traces no longer line
+# up (a warning).
+CLOCK_WARN_SECONDS = 0.5
+# Seconds off break things: freshly issued TLS certificates and tokens are "not yet valid"
+# on a slow node, files on shared storage carry timestamps from the future or the past
+# (make, checkpoint freshness checks), wall-clock deadlines across nodes disagree; and chrony
+# slews at most about 0.08 s per second, so it takes a day to remove 7200 s (a failure).
+CLOCK_FAIL_SECONDS = 5.0
+
+
+def _finite(value: Any) -> float | None:
+    """A number from a node's facts, or None (facts are data: a string is no number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def clock_problem(clock: Mapping[str, Any]) -> tuple[Status, str] | None:
+    """(status, what is wrong) for one node's clock facts, or None: the offset (chrony's
+    estimate of this clock against NTP time) is checked, not only the synchronised flag."""
+    offset = _finite(clock.get("offset_seconds"))
+    size = abs(offset) if offset is not None else 0.0
+    shown = f"offset {offset:+.3f} s" if offset else ""
+    if size > CLOCK_FAIL_SECONDS:
+        shown += f", more than {CLOCK_FAIL_SECONDS:g} s"
+    elif size > CLOCK_WARN_SECONDS and clock.get("synchronized"):
+        shown += f", more than {CLOCK_WARN_SECONDS:g} s"
+    status = Status.FAIL if size > CLOCK_FAIL_SECONDS else Status.WARN
+    if not clock.get("synchronized"):
+        return status, "not synchronised" + (f" ({shown})" if shown else "")
+    return (status, shown) if size > CLOCK_WARN_SECONDS else None
+
+
 def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
     small_shm: dict[str, str] = {}
     memlock: dict[str, str] = {}
@@ -193,16 +228,16 @@ def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
         soft = (limits.get("memlock") or {}).get("soft", 0)
         if soft is not None:
             memlock[host] = f"memlock limit {soft // 1024} KiB"
-    clock_bad: dict[str, str] = {}
+    clock_bad: dict[str, tuple[Status, str]] = {}
     clock_checked: list[str] = []
     for host, f in facts.items():
         clock = section(f, "clock")
         if clock.get("synchronized") is None:
             continue
         clock_checked.append(host)
-        if not clock["synchronized"]:
-            offset = clock.get("offset_seconds")
-            clock_bad[host] = "not synchronised" + (f" (offset {offset:+.3f} s)" if offset else "")
+        problem = clock_problem(clock)
+        if problem:
+            clock_bad[host] = problem
     debug_vars = {
         host: ", ".join(f"{k}={v}" for k, v in section(f, "env").items() if k in NCCL_DEBUG_ONLY)
         for host, f in facts.items()
@@ -229,10 +264,11 @@ def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
         ),
         _per_host(
             "env.clock",
-            Status.WARN,
-            clock_bad,
-            "clock not synchronised (breaks log correlation and some auth)",
-            ok="clocks are synchronised",
+            Status.FAIL if any(s is Status.FAIL for s, _ in clock_bad.values()) else Status.WARN,
+            {host: why for host, (_, why) in clock_bad.items()},
+            "clock off or not synchronised (scrambles cross-node logs, breaks time-limited "
+            "credentials and wall-clock deadlines)",
+            ok=f"clocks are synchronised, within {CLOCK_WARN_SECONDS:g} s",
             checked=clock_checked,
             remedy=remedy("time", list(clock_bad)),
         ),

@@ -56,7 +56,7 @@ _CONNECT_PROBE_STATIC = {
     "torch.cpu-build": "a node with NVIDIA GPUs has a CPU-only build of torch",
     "env.shm": "/dev/shm is at least 1 GiB",
     "env.memlock": "the locked-memory limit is unlimited or large",
-    "env.clock": "the clock is synchronised",
+    "env.clock": "the clock is synchronised and within 0.5 s of NTP time",
     "env.nccl-debug-vars": "no debug-only NCCL variable set in the login environment",
     "env.job-vars": "the job's own variables on a node agree with what was checked",
     "env.socket-ifname": "a node with several candidate interfaces names the one to use",

@@ -12,7 +12,7 @@ from clusterkit.checks.parity import torch_cuda
 from clusterkit.errors import UsageError
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.provision.remedy import with_stage_fixes
-from clusterkit.redact import redact
+from clusterkit.redact import redact_text
 from clusterkit.slurm.check import slurm_stages
 from clusterkit.slurm.target import SlurmTarget, slurm_target, wants_slurm
 from clusterkit.stages import Session, Stage, run_stages
@@ -41,7 +41,7 @@ def load_targets(args: argparse.Namespace) -> tuple[Inventory, SlurmTarget | Non
     via_ansible = getattr(args, "inventory_via_ansible", False)
     inventory = load_inventory(sources, via_ansible=via_ansible) if sources else None
     for warning in inventory.warnings if inventory else ():  # Ansible would warn too: once
-        print(f"clusterkit: warning: {redact(warning)}", file=sys.stderr)
+        print(f"clusterkit: warning: {redact_text(warning)}", file=sys.stderr)
     if wants_slurm(args):
         target = slurm_target(args, inventory)
         inventory = target.inventory

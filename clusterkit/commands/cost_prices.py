@@ -9,6 +9,7 @@ from pathlib import Path
 
 from clusterkit.cost import catalog as price_catalog
 from clusterkit.cost import prices_update as update
+from clusterkit.report.escape import printable
 from clusterkit.status import ExitStatus
 
 
@@ -45,13 +46,14 @@ def run(args: argparse.Namespace) -> ExitStatus:
     output = Path(args.output) if args.output else price_catalog.user_path()
     update.write_document(merged.document, output)
     checked = price_catalog.load(str(output), today=today)
-    for warning in checked.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    warnings = [*merged.warnings, *checked.warnings]
+    for warning in warnings:
+        print(f"warning: {printable(warning)}", file=sys.stderr)
     for what, names in (("added", merged.added), ("changed", merged.changed)):
         for name in names:
             print(f"{what}: {name}")
     print(
         f"{len(merged.added)} added, {len(merged.changed)} changed, "
-        f"{len(merged.unchanged)} unchanged, {len(checked.warnings)} warnings; wrote {output}"
+        f"{len(merged.unchanged)} unchanged, {len(warnings)} warnings; wrote {output}"
     )
     return ExitStatus.PASSED

@@ -15,7 +15,7 @@ from clusterkit.provision.playbook import (
     run_playbook,
 )
 from clusterkit.provision.remedy import TAGS
-from clusterkit.redact import redact
+from clusterkit.redact import redact_text
 from clusterkit.status import ExitStatus
 
 
@@ -38,7 +38,7 @@ def plan(args: argparse.Namespace) -> PlaybookRun:
     # anyway, and honours become.
     inventory = load_inventory(args.inventory, for_ansible=True)
     for warning in inventory.warnings:
-        print(f"clusterkit: warning: {redact(warning)}", file=sys.stderr)
+        print(f"clusterkit: warning: {redact_text(warning)}", file=sys.stderr)
     if args.limit:
         select_hosts(inventory, args.limit)  # a limit naming no host is an error, as in check
     extra = [item for value in args.extra_vars for item in ("-e", value)]

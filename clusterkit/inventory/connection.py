@@ -20,6 +20,7 @@ from clusterkit.errors import InventoryError
 from clusterkit.inventory.graph import Origin
 from clusterkit.inventory.templates import TemplateError, render
 from clusterkit.inventory.yamlfile import UnsafeText, VaultValue
+from clusterkit.keyfiles import file_problem
 
 # Ansible option -> the variables that set it, lowest precedence first.
 _ADDRESS = ("ansible_host", "ansible_ssh_host")
@@ -142,6 +143,18 @@ def _password(hv: _HostVars) -> str | None:
         kind = "an empty string" if value == "" else f"a {type(value).__name__}"
         raise hv.fail(var, f"must be a non-empty string, got {kind}")
     return str(value)
+
+
+def _key_file(hv: _HostVars) -> str | None:
+    """The private key file, refused here when it exists and cannot be one: a FIFO would hold
+    the connection for a writer, /dev/zero would be read without end."""
+    path = hv.text(_KEY_FILE, os.path.expanduser)
+    problem = file_problem(path) if path else None
+    if problem:
+        found = hv.pick(_KEY_FILE)
+        var = found[0] if found else _KEY_FILE[-1]
+        raise hv.fail(var, f"{path}: {problem}", hint="name the private key file itself")
+    return path
 
 
 def _timeout(hv: _HostVars) -> float | None:
@@ -330,7 +343,7 @@ def _fields(hv: _HostVars) -> dict[str, Any]:
         "address": hv.text(_ADDRESS) or host,
         "port": _port(hv),
         "user": hv.text(_USER),
-        "key_file": hv.text(_KEY_FILE, os.path.expanduser),
+        "key_file": _key_file(hv),
         "proxy_jump": options.get("proxyjump") or None,
         "proxy_command": options.get("proxycommand") or None,
         "strict_host_key_checking": strict or None,

@@ -502,9 +502,10 @@ def collect_clock(options):
     except (OSError, AttributeError):
         pass
     try:
-        facts.update(parse_chronyc_tracking(run_tool(["chronyc", "-n", "tracking"], 3)))
+        text = run_tool(["chronyc", "-n", "tracking"], 3)
     except ToolError:
-        pass
+        return facts
+    facts.update(parse_chronyc_tracking(text))
     return facts
 
 
@@ -518,9 +519,10 @@ def parse_chronyc_tracking(text):
     (+ when this clock is ahead), and whether its leap status is Normal."""
     facts = {"source": "chronyc"}  # type: dict[str, object]
     match = _SYSTEM_TIME.search(text)
-    offset = float(match.group(1)) if match else None
-    if offset is not None and offset - offset == 0:  # finite: no inf or nan in the facts
-        facts["offset_seconds"] = offset if match.group(2) == "fast" else -offset
+    if match:
+        offset = float(match.group(1))
+        if offset - offset == 0:  # finite: no inf or nan in the facts
+            facts["offset_seconds"] = offset if match.group(2) == "fast" else -offset
     leap = re.search(r"^Leap status\s*:\s*(.+)", text, re.M)
     facts["synchronized"] = leap is not None and leap.group(1).strip() == "Normal"
     return facts

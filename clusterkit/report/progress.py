@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
+from clusterkit.redact import redact_text
 from clusterkit.report.escape import printable
 from clusterkit.report.terminal import is_terminal
 
@@ -54,7 +55,7 @@ class PhaseLog:
         self.name = None
         # stderr closed: progress is not worth failing for
         with contextlib.suppress(OSError, ValueError):
-            print(printable(line), file=self.stream, flush=True)
+            print(printable(redact_text(line)), file=self.stream, flush=True)
 
 
 class Progress:
@@ -98,7 +99,7 @@ class Progress:
         with self._lock:
             from rich.markup import escape
 
-            label = printable(f"{host}: {problem}" if problem else host)
+            label = printable(redact_text(f"{host}: {problem}" if problem else host))
             self._bar.update(self._task, advance=1, last=escape(label[:60]))
 
     def finish(self) -> None:

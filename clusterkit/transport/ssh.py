@@ -25,6 +25,7 @@ from clusterkit.transport.base import (
 )
 from clusterkit.transport.endpoint import Endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier
+from clusterkit.transport.keys import ReadKeysClient, read_keys
 from clusterkit.transport.pool import register_cancellable
 from clusterkit.transport.watchdog import WATCHDOG
 
@@ -198,6 +199,7 @@ def open_client(
     """Connect and authenticate, never past the deadline: a watchdog closes the socket if
     the server accepts TCP and then stalls in any phase paramiko does not time itself."""
     where = endpoint.where
+    keys = read_keys(endpoint.host, endpoint.key_files)  # before anything is opened
     attempt = _ConnectAttempt()
     if sock is None:
         try:
@@ -210,18 +212,17 @@ def open_client(
     if attempt.cancelled.is_set():
         sock.close()
     watchdog = WATCHDOG.after(deadline.remaining(), sock.close)
-    client = paramiko.SSHClient()
+    client = ReadKeysClient(keys)
     client.set_missing_host_key_policy(_Verify(verifier, endpoint))
-    keys = list(endpoint.key_files) or None
     remaining = max(0.1, deadline.remaining())
     try:
         client.connect(
             hostname=endpoint.address,
             port=endpoint.port,
             username=endpoint.user,
-            key_filename=keys,  # type: ignore[arg-type]  # a list works; the stub says str
-            look_for_keys=keys is None,
-            allow_agent=keys is None,
+            key_filename=list(keys) or None,  # type: ignore[arg-type]  # the stub says str
+            look_for_keys=not keys,
+            allow_agent=not keys,
             password=endpoint.password,  # tried after the keys, as ssh does with sshpass
             timeout=remaining,
             banner_timeout=remaining,

@@ -117,9 +117,12 @@ def test_update_merges_new_and_changed_rows_dated_and_sourced(server, tmp_path: 
     lines = done.stdout.splitlines()
     assert "changed: p5.48xlarge (us-east-1)" in lines and "added: p5.48xlarge (us-west-2)" in lines
     assert "changed: p5en.48xlarge (us-east-1)" in lines  # packaged since 2026-08-06
-    assert lines[-1].startswith("4 added, 3 changed, 1 unchanged,")  # eastus H100: same
-    # Invalid rows are kept visible, and warned about by the catalog's own checks.
-    assert "p6-b200.48xlarge (us-east-1): on-demand price 0.0 is a placeholder" in done.stderr
+    assert lines[-1].startswith("3 added, 3 changed, 1 unchanged,")  # eastus H100: same
+    # A fetched placeholder price is refused (the new row is not added), with a warning; a
+    # spot price above on-demand is warned about by the catalog's own checks.
+    assert ("p6-b200.48xlarge (us-east-1): fetched on-demand price 0.0 is a placeholder "
+            "(zero or negative); not added") in done.stderr  # fmt: skip
+    assert ("p6-b200.48xlarge", "us-east-1") not in rows
     assert "ND96isr_H100_v5 (westeurope): spot $130 is not below on-demand $120" in done.stderr
     loaded = catalog.load(str(out), today=date(2026, 11, 23))
     assert loaded.lookup("p5.48xlarge", "us-east-1").day == date(2026, 11, 1)
