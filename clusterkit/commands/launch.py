@@ -23,6 +23,7 @@ from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_p
 from clusterkit.launch.plan import render_print as render_plan
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.net.plan import NetworkOptions
+from clusterkit.redact import redact_text
 from clusterkit.report import emit
 from clusterkit.report.escape import printable
 from clusterkit.report.progress import progress
@@ -98,7 +99,8 @@ def launch(args: argparse.Namespace, inventory: Inventory, options: SuperviseOpt
 
 
 def note(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """clusterkit's own line on stderr; it may quote the job (last lines): secrets redacted."""
+    print(redact_text(text), file=sys.stderr, flush=True)
 
 
 def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
@@ -319,6 +321,6 @@ def report_outcome(outcome: JobOutcome, options: SuperviseOptions) -> None:
     note(text)
     if options.log_dir is not None:
         try:
-            options.log_dir.write("outcome.txt", text + "\n")
+            options.log_dir.write("outcome.txt", redact_text(text) + "\n")
         except OSError as error:
             note(printable(f"clusterkit: --log-dir: outcome.txt not written: {error}"))

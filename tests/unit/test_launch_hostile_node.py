@@ -144,3 +144,21 @@ def test_checked_entries_keeps_well_formed_ones_only() -> None:
     kept, problems = checked_entries([{"rank": 0, "pid": 1}, {"rank": "0", "pid": 1}])
     assert kept == [{"rank": 0, "pid": 1}]
     assert problems == ["dump entry 1 dropped: rank '0' is not a whole number from 0"]
+
+
+def test_secrets_in_the_jobs_last_lines_are_redacted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A failing rank printed its environment: the summary quotes its last lines, on stderr
+    and in --log-dir's outcome.txt, without the secrets in them."""
+    secret = "hf_" + "Zq8" * 10
+    folder = PrivateFolder.open(tmp_path / "logs")
+    lines = (f'HF_TOKEN="{secret}"', f"export AWS_SECRET_ACCESS_KEY='{secret}'", "step 3 ok")
+    failed = Failure("n2", 3, 1, 0.0, last_lines=lines)
+    report_outcome(
+        JobOutcome(1, "failed", failed.describe(), failed), SuperviseOptions(log_dir=folder)
+    )
+    err = capsys.readouterr().err
+    written = (tmp_path / "logs" / "outcome.txt").read_text()
+    for text in (err, written):
+        assert secret not in text and "step 3 ok" in text and "HF_TOKEN=" in text
