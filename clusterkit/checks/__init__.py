@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clusterkit.checks.gpu_health import gpu_health_findings
 from clusterkit.checks.gpu_use import (
     DEFAULT_BUSY_MIB,
     arch_findings,
@@ -20,6 +21,7 @@ from clusterkit.checks.health import (
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import Facts, parity_findings
 from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
+from clusterkit.checks.xid import xid_findings
 from clusterkit.inventory.model import Expectations
 from clusterkit.provision.remedy import provision_command
 
@@ -45,7 +47,9 @@ def static_findings(
         lambda: torch_findings(facts, machine_only=machine_only),
         lambda: driver_cuda_findings(facts, remedy),
         lambda: gpu_findings(facts, remedy),
+        lambda: gpu_health_findings(facts),
         lambda: gpu_presence_findings(facts, expect, remedy),
+        lambda: xid_findings(facts),
         lambda: busy_findings(facts, busy_mib),
         lambda: memory_findings(facts),
         lambda: visibility_findings(facts, expect),

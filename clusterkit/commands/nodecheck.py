@@ -9,7 +9,9 @@ import sys
 import time
 
 from clusterkit.checks import static_findings
+from clusterkit.checks.gpu_health import drain_notes as gpu_drain_notes
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.xid import drain_notes
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.probe.runner import DEFAULT_INTERPRETER, probe_host
@@ -21,9 +23,10 @@ from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.local import LocalTransport
 
-# Each tool the collector runs has its own 10 s bound; the whole stays under Slurm's 60 s
-# limit for a HealthCheckProgram.
-PROBE_OPTIONS = {"timeout": 15, "no_torch_import": True}
+# Not the cluster's PROBE_SECONDS: the whole (--timeout, 30 s) stays under Slurm's 60 s limit
+# for a HealthCheckProgram. Each tool the collector runs keeps its own bound (the collector's
+# default), and torch is not imported, so a healthy node answers in well under a second.
+PROBE_OPTIONS = {"no_torch_import": True}
 
 
 def run(args: argparse.Namespace) -> ExitStatus:
@@ -72,9 +75,13 @@ def run(args: argparse.Namespace) -> ExitStatus:
             for f in findings
             if f.status in (Status.FAIL, Status.ERROR) or (args.strict and f.status is Status.WARN)
         ]
-        action = drain.decide(drain.node_state(name), failing if status != 0 else [])
+        action = drain.decide(
+            drain.node_state(name),
+            failing if status != 0 else [],
+            drain_notes(findings) + gpu_drain_notes(facts.get(name) or {}),
+        )
         drain.apply(name, action)
         report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
         print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=sys.stderr)
-    emit(report, args.format, args.output)
+    emit(report, args.format, args.output, only_problems=args.only_problems)
     return status

@@ -60,7 +60,7 @@ ENV_NAMES = (
     "NVIDIA_VISIBLE_DEVICES",
     "NVIDIA_DISABLE_REQUIRE",
 )
-GPU_FIELDS = (
+BASE_GPU_FIELDS = (
     "index",
     "uuid",
     "name",
@@ -73,6 +73,31 @@ GPU_FIELDS = (
     "ecc.errors.uncorrected.volatile.total",
     "compute_cap",
 )
+# Health fields (checks/gpu_health.py), in the same one call: unsupported ones print [N/A].
+# A driver that does not know a name fails the whole query; then that name is replaced by
+# its older spelling (HEALTH_FIELD_OLD_NAMES) or left out, and the query asked again.
+HEALTH_GPU_FIELDS = (
+    "serial",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "clocks_event_reasons.active",
+    "temperature.gpu",
+    "temperature.memory",
+)
+GPU_FIELDS = BASE_GPU_FIELDS + HEALTH_GPU_FIELDS
+# Renamed in driver 535 (clocks_throttle_reasons -> clocks_event_reasons).
+HEALTH_FIELD_OLD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+OLD_NAME_OF = {old: new for new, old in HEALTH_FIELD_OLD_NAMES.items()}
+UNKNOWN_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
 
 # -- collectors ------------------------------------------------------------------------------
@@ -122,17 +147,42 @@ def _csv_value(text):
     return text
 
 
-def parse_gpu_csv(text):
-    """Parse `--query-gpu=GPU_FIELDS --format=csv,noheader,nounits` output."""
+def parse_gpu_csv(text, fields=GPU_FIELDS):
+    """Parse `--query-gpu=FIELDS --format=csv,noheader,nounits` output; every GPU_FIELDS
+    key is present (None where the field was not asked: the driver did not know it)."""
     gpus = []
     for line in text.strip().splitlines():
         if not line.strip():
             continue
         values = [_csv_value(v) for v in line.split(",")]
-        if len(values) != len(GPU_FIELDS):
+        if len(values) != len(fields):
             raise ToolError("unexpected nvidia-smi CSV line: %r" % line[:200])
-        gpus.append(dict(zip(GPU_FIELDS, values)))
+        gpu = dict.fromkeys(GPU_FIELDS)  # type: dict[str, str | None]
+        gpu.update(zip(fields, values))
+        gpus.append(gpu)
     return gpus
+
+
+def query_gpu_fields(run):
+    """(CSV text, the GPU_FIELDS names as asked) from `run(names)`: a name the driver
+    rejects is asked by its older spelling, else left out (health fields only)."""
+    asked = list(GPU_FIELDS)
+    for _ in range(len(HEALTH_GPU_FIELDS) + 1):
+        try:
+            return run(asked), asked
+        except ToolError as error:
+            match = UNKNOWN_FIELD.search(str(error))
+            if match is None or match.group(1) not in asked:
+                raise
+            position = asked.index(match.group(1))
+            if asked[position] in BASE_GPU_FIELDS:
+                raise
+            older = HEALTH_FIELD_OLD_NAMES.get(asked[position])
+            if older:
+                asked[position] = older
+            else:
+                del asked[position]
+    raise ToolError("nvidia-smi rejected every health field")
 
 
 BANNER_PATTERNS = (
@@ -156,12 +206,14 @@ def parse_banner(text):
 def collect_gpus(options):
     if find_tool("nvidia-smi") is None:
         return {"present": False, "count": 0, "devices": [], "reason": "nvidia-smi not found"}
-    query = "--query-gpu=" + ",".join(GPU_FIELDS)
     results = {}
 
+    def run_query(names):
+        argv = ["nvidia-smi", "--query-gpu=" + ",".join(names), "--format=csv,noheader,nounits"]
+        return run_tool(argv, TOOL_TIMEOUT)
+
     def query_devices():
-        argv = ["nvidia-smi", query, "--format=csv,noheader,nounits"]
-        results["csv"] = run_tool(argv, TOOL_TIMEOUT)
+        results["csv"], results["fields"] = query_gpu_fields(run_query)
 
     def query_banner():
         results["banner"] = run_tool(["nvidia-smi"], TOOL_TIMEOUT)
@@ -169,12 +221,15 @@ def collect_gpus(options):
     errors = run_parallel({"csv": query_devices, "banner": query_banner}, TOOL_TIMEOUT + 2)
     if errors:
         return {"present": True, "error": "; ".join(sorted(set(errors.values())))}
-    devices = parse_gpu_csv(results["csv"])
+    asked = results["fields"]
+    names = [OLD_NAME_OF.get(name, name) for name in asked]
+    devices = parse_gpu_csv(results["csv"], names)
     versions = parse_banner(results["banner"])
     return {
         "present": True,
         "count": len(devices),
         "devices": devices,
+        "fields_unknown": [name for name in GPU_FIELDS if name not in names],
         "driver": versions["driver"],
         "cuda_driver": versions["cuda"],
         "nvlink": None,
@@ -562,6 +617,105 @@ def collect_memory(options):
     return {"total_bytes": values.get("MemTotal"), "available_bytes": values.get("MemAvailable")}
 
 
+# -- kernel log: Xid and SXid events ---------------------------------------------------------
+# The NVIDIA driver reports GPU faults (Xid) and NVSwitch faults (SXid) in the kernel log,
+# which holds them until reboot. A node's log can be large: the tool's output is cut to its
+# last KERNEL_LOG_BYTES, journalctl to its last KERNEL_LOG_LINES lines, and only the last
+# MAX_KERNEL_EVENTS matching lines are kept (the total is counted).
+KERNEL_LOG_BYTES = 8 * 1024 * 1024
+KERNEL_LOG_LINES = 50000
+MAX_KERNEL_EVENTS = 200
+KERNEL_LOG_TOOLS = (
+    ("dmesg", ["dmesg", "--time-format", "iso"]),
+    ("journalctl", ["journalctl", "-k", "-b", "-o", "short-iso", "--no-pager",
+                    "-n", str(KERNEL_LOG_LINES)]),
+)  # fmt: skip
+XID_LINE = re.compile(
+    r"(?P<kind>S?Xid) \(PCI:(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.0-9A-Fa-f]*\):"
+    r" (?P<code>\d{1,6}), (?P<rest>.*)$"
+)
+XID_PID = re.compile(r"pid=(?P<pid>'[^']*'|[^,\s]*), (?:name=(?P<name>[^,]*), )?(?P<text>.*)$")
+LOG_TIME = re.compile(
+    r"^(?:(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)|\[\s*(?P<uptime>\d+\.\d+)\]|"
+    r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ [\d:]+ \d{4})\])"
+)
+# SXid lines that continue the one before (same code), not a new event.
+SXID_CONTINUATION = ("Severity ", "Data {")
+
+
+def _log_time(line):
+    """The line's time as the tool printed it: ISO (dmesg --time-format iso, journalctl
+    short-iso), `uptime 1234.567890 s` (plain dmesg) or dmesg -T's ctime; None if none."""
+    match = LOG_TIME.match(line)
+    if match is None:
+        return None
+    if match.group("iso"):
+        return match.group("iso")
+    if match.group("uptime"):
+        return "uptime %s s" % match.group("uptime")
+    return match.group("ctime")
+
+
+def parse_kernel_event(line):
+    """One kernel log line -> {kind: xid|sxid, pci, code, pid, name, text, time}, or None
+    when the line is no Xid/SXid event. pci is `DDDD:BB:DD`, lower case, so it compares
+    with nvidia-smi's pci.bus_id."""
+    if "Xid (PCI:" not in line:
+        return None
+    match = XID_LINE.search(line)
+    if match is None or (match.group("kind") == "Xid" and "NVRM" not in line):
+        return None
+    domain, bus, device = match.group("pci").lower().split(":")
+    rest = match.group("rest").strip()
+    kind = match.group("kind").lower()
+    if kind == "sxid" and rest.startswith(SXID_CONTINUATION):
+        return None
+    pid = name = None
+    fields = XID_PID.match(rest)
+    if fields:
+        pid = fields.group("pid").strip("'")
+        name = fields.group("name")
+        rest = fields.group("text")
+    return {
+        "kind": kind,
+        "pci": "%s:%s:%s" % (domain[-4:].rjust(4, "0"), bus, device),
+        "code": int(match.group("code")),
+        "pid": int(pid) if pid and pid.isdigit() else pid or None,
+        "name": name.strip() if name and name.strip() != "<unknown>" else None,
+        "text": rest[:300],
+        "time": _log_time(line),
+    }
+
+
+def parse_kernel_log(text):
+    """The Xid/SXid events of a kernel log: the last MAX_KERNEL_EVENTS, and how many."""
+    events = []
+    matched = 0
+    for line in text.splitlines():
+        event = parse_kernel_event(line)
+        if event is not None:
+            matched += 1
+            events.append(event)
+            if len(events) > 2 * MAX_KERNEL_EVENTS:
+                del events[:-MAX_KERNEL_EVENTS]
+    return {"events": events[-MAX_KERNEL_EVENTS:], "matched": matched}
+
+
+def collect_kernel_log(options):
+    """Xid and SXid events since boot: dmesg, else journalctl (dmesg_restrict, no dmesg)."""
+    failures = []
+    for source, argv in KERNEL_LOG_TOOLS:
+        try:
+            text = run_tool(argv, TOOL_TIMEOUT)
+        except ToolError as error:
+            failures.append(str(error))
+            continue
+        found = parse_kernel_log(text[-KERNEL_LOG_BYTES:])
+        found["source"] = source
+        return found
+    return {"error": "kernel log unreadable: " + "; ".join(failures)}
+
+
 COLLECTORS = (
     ("system", collect_system),
     ("hostname", collect_hostname),
@@ -576,6 +730,7 @@ COLLECTORS = (
     ("gpu_processes", collect_gpu_processes),
     ("nvlink", collect_nvlink),
     ("memory", collect_memory),
+    ("kernel_log", collect_kernel_log),
 )
 
 

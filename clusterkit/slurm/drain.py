@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterkit.errors import ExternalToolError
@@ -41,15 +41,20 @@ class Action:
     reason: str  # the drain reason, or why nothing is done
 
 
-def drain_reason(check_ids: list[str]) -> str:
+def drain_reason(check_ids: list[str], notes: Sequence[str] = ()) -> str:
+    """`clusterkit: ID,ID` and, when checks said what a device needs (`GPU 1 0000:38:00 Xid
+    79 needs reboot`), those notes after a semicolon: an admin reading `sinfo -R` knows what
+    to do. Notes hold no counts or times, so the same fault keeps the same reason."""
     reason = f"{REASON_PREFIX} {','.join(sorted(set(check_ids)))}"
+    if notes:
+        reason += "; " + "; ".join(dict.fromkeys(notes))
     return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
 
 
-def decide(node: NodeState, failing: list[str]) -> Action:
+def decide(node: NodeState, failing: list[str], notes: Sequence[str] = ()) -> Action:
     """What to do with the node given the check ids that failed on it (pure)."""
     if failing:
-        reason = drain_reason(failing)
+        reason = drain_reason(failing, notes)
         if node.draining and not node.ours:
             return Action("keep", f"already drained by someone else ({node.reason or 'no reason'})")
         if node.draining and node.reason == reason:

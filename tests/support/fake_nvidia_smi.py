@@ -7,6 +7,7 @@ state file, so that probes parse exactly what they would parse on a GPU node:
 
 State: {"mode": "normal"|"hang"|"fail"|"mismatch", "banner": "classic"|"r610",
 "driver": "550.54.15", "cuda": "12.4", "gpus": [{<query field name>: value, ...}, ...],
+"unknown_fields": [query field names this driver rejects, as an older one does],
 "processes": [{"gpu": index, "pid": 4242, "name": "python", "used_memory": MiB}, ...]}.
 A GPU's "nvlink" entry lists its links' speeds in GB/s (null: `<inactive>`); without one the
 GPU has no NVLink. Processes appear in the summary's process table and in the query.
@@ -75,8 +76,17 @@ FIELD_UNITS = {
     "ecc.errors.uncorrected.volatile.total": "",
     "ecc.errors.corrected.aggregate.total": "",
     "ecc.errors.uncorrected.aggregate.total": "",
+    "pcie.link.gen.gpumax": "",
+    "pcie.link.gen.hostmax": "",
+    "clocks_event_reasons.active": "",
+    "temperature.gpu.tlimit": "",
+    "retired_pages.single_bit_ecc.count": "",
+    "retired_pages.double_bit.count": "",
     "retired_pages.pending": "",
+    "remapped_rows.correctable": "",
+    "remapped_rows.uncorrectable": "",
     "remapped_rows.pending": "",
+    "remapped_rows.failure": "",
     "mig.mode.current": "",
     "mig.mode.pending": "",
 }
@@ -95,6 +105,12 @@ FIELD_ALIASES = {
     "clocks.max.memory": "clocks.max.mem",
     "clocks.max.sm": "clocks.max.sm",
     "power.limit": "power.limit",
+    "pcie.link.gen.gpucurrent": "pcie.link.gen.current",
+    "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
+    "retired_pages.dbe": "retired_pages.double_bit.count",
+    # the name before driver 535; a driver whose state lists the new name as unknown
+    # prints this one in the header
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
 }
 
 FAILED_TO_COMMUNICATE = (
@@ -170,12 +186,13 @@ def header_name(field: str) -> str:
 def query_gpu(state: dict, gpus: list, fields_arg: str, format_arg: str) -> int:
     """`--query-gpu=FIELDS --format=csv[,noheader][,nounits]`."""
     fields = []
+    unknown = set(state.get("unknown_fields", ()))  # names an older driver does not know
     for requested in fields_arg.split(","):
         requested = requested.strip()
         if not requested:
             continue
         canonical = FIELD_ALIASES.get(requested, requested)
-        if canonical not in FIELD_UNITS:
+        if canonical not in FIELD_UNITS or requested in unknown:
             sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % requested)
             return EXIT_INVALID_ARGUMENT
         fields.append(canonical)

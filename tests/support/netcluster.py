@@ -60,6 +60,14 @@ SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 FAKE_NVIDIA_SMI = Path(__file__).resolve().with_name("fake_nvidia_smi.py")
+# A healthy node's kernel log: ordinary lines, some of them NVIDIA's, none an Xid.
+HEALTHY_KERNEL_LOG = (
+    "Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP",
+    "nvidia: loading out-of-tree module taints kernel.",
+    "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024",
+    "nvidia-nvswitch: Probing device 0000:05:00.0, Vendor Id = 0x10de, Device Id = 0x22a3",
+    "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode.",
+)
 # The probe's nvidia-smi invocations (clusterkit/probe/collector.py), answered from
 # pre-rendered output in normal mode.
 PROBE_NVIDIA_SMI_CALLS = {
@@ -261,18 +269,28 @@ def gpu_inventory(
                 "clocks.mem": 2619,
                 "clocks.max.sm": 1980,
                 "clocks.max.mem": 2619,
-                "pcie.link.gen.current": 5,
+                # an idle GPU: the link trains down to gen 1 (power saving), full width
+                "pcie.link.gen.current": 1,
                 "pcie.link.gen.max": 5,
+                "pcie.link.gen.gpumax": 5,
+                "pcie.link.gen.hostmax": 5,
                 "pcie.link.width.current": 16,
                 "pcie.link.width.max": 16,
+                "clocks_event_reasons.active": "0x0000000000000001",  # GPU idle
                 "ecc.mode.current": "Enabled",
                 "ecc.mode.pending": "Enabled",
                 "ecc.errors.corrected.volatile.total": 0,
                 "ecc.errors.uncorrected.volatile.total": errors,
                 "ecc.errors.corrected.aggregate.total": 0,
                 "ecc.errors.uncorrected.aggregate.total": errors,
+                # Hopper repairs memory by remapping rows; page retirement is Volta's
+                "retired_pages.single_bit_ecc.count": "[N/A]",
+                "retired_pages.double_bit.count": "[N/A]",
                 "retired_pages.pending": "[N/A]",
+                "remapped_rows.correctable": 0,
+                "remapped_rows.uncorrectable": 0,
                 "remapped_rows.pending": "No",
+                "remapped_rows.failure": "No",
                 "mig.mode.current": "Disabled",
                 "mig.mode.pending": "Disabled",
             }
@@ -472,6 +490,7 @@ class Node:
         overrides: dict[int, dict[str, Any]] | None = None,
         processes: Sequence[dict[str, Any]] = (),
         nvlink: Sequence[float | None] | None = None,
+        unknown_fields: Sequence[str] = (),
     ) -> None:
         """Set what `nvidia-smi` reports on this node.
 
@@ -483,6 +502,8 @@ class Node:
         processes: compute processes already running, [{"gpu": 0, "pid": 4242, "name": "python",
         "used_memory": 30000}]; their memory counts in the GPU's memory.used.
         nvlink: every GPU's links (GB/s, None = inactive), e.g. [26.562] * 18; None: no NVLink.
+        unknown_fields: query field names this driver rejects (an older driver), e.g.
+        ["clocks_event_reasons.active"] for one before 535.
         """
         if mode not in GPU_MODES:
             raise ValueError(f"mode must be one of {GPU_MODES}, not {mode!r}")
@@ -500,6 +521,8 @@ class Node:
             for gpu in gpus:
                 gpu["nvlink"] = list(nvlink)
         state = {"mode": mode, "banner": banner, "driver": driver, "cuda": cuda, "gpus": gpus}
+        if unknown_fields:
+            state["unknown_fields"] = list(unknown_fields)
         state["processes"] = [dict(app) for app in processes]
         text = json.dumps(state, indent=1)
         wrapper = self.bin_dir / "nvidia-smi"
@@ -527,8 +550,10 @@ class Node:
         for label, args in PROBE_NVIDIA_SMI_CALLS.items():
             rendered = self.bin_dir / f"nvidia-smi.{label}.out"
             done = subprocess.run(
-                [*shlex.split(stand_in), *args], capture_output=True, check=True, timeout=30
+                [*shlex.split(stand_in), *args], capture_output=True, check=False, timeout=30
             )
+            if done.returncode != 0:  # a rejected field (unknown_fields): answered live
+                continue
             rendered.write_bytes(done.stdout)
             pattern = shlex.quote(" ".join(args))
             cases.append(f"  {pattern}) exec cat {shlex.quote(str(rendered))} ;;\n")
@@ -537,6 +562,34 @@ class Node:
     def gpu_state(self) -> dict[str, Any]:
         """The state nvidia-smi reports from (for asserting on expected values)."""
         return json.loads(self.gpu_state_path.read_text())
+
+    # --- kernel log stand-ins --------------------------------------------------------------
+
+    def set_kernel_log(self, lines: Sequence[str] = (), *, dmesg_restricted: bool = False) -> None:
+        """What `dmesg --time-format iso` and `journalctl -k -b -o short-iso` print on this
+        node (test nodes share the host's kernel): ordinary boot lines, then `lines` (message
+        text such as `NVRM: Xid (PCI:0000:38:00): 79, ...`), each with its tool's own time
+        prefix. dmesg_restricted: dmesg fails as under kernel.dmesg_restrict=1."""
+        messages = [*HEALTHY_KERNEL_LOG, *lines]
+        stamps = [f"2026-11-26T00:{i // 60 % 60:02d}:{i % 60:02d}" for i in range(len(messages))]
+        dmesg = "".join(
+            f"{t},{i:06d}+00:00 {m}\n" for i, (t, m) in enumerate(zip(stamps, messages))
+        )
+        journal = "".join(f"{t}+0000 {self.name} kernel: {m}\n" for t, m in zip(stamps, messages))
+        restricted = (
+            'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2; exit 1\n'
+            if dmesg_restricted
+            else ""
+        )
+        for tool, text, guard in (("dmesg", dmesg, restricted), ("journalctl", journal, "")):
+            log = self.dir / f"{tool}.log"
+            script = f"#!/bin/sh\n{guard}exec cat {shlex.quote(str(log))}\n"
+            wrapper = self.bin_dir / tool
+            if not (log.exists() and log.read_text() == text):
+                log.write_text(text)
+            if not (wrapper.exists() and wrapper.read_text() == script):
+                wrapper.write_text(script)
+                wrapper.chmod(0o755)
 
     # --- construction and health --------------------------------------------------------
 
@@ -555,6 +608,7 @@ class Node:
         self.hosts_path.parent.mkdir(parents=True, exist_ok=True)
         self.set_hosts()
         self.set_gpus()
+        self.set_kernel_log()
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.name,
              "-f", str(self.host_key_path)])  # fmt: skip
         self.write_sshd_config()
@@ -629,6 +683,7 @@ class Node:
         self.add_route()
         self.set_hosts()
         self.set_gpus()
+        self.set_kernel_log()
         if not self.sshd_running:
             self.start_sshd()
 

@@ -57,6 +57,8 @@ def test_healthy_cluster_every_check_ok() -> None:
         "gpu.present", "env.shm", "env.memlock", "env.clock", "env.nccl-debug-vars",
         "gpu.busy", "gpu.visible", "gpu.arch", "torch.cpu-build", "parity.memory",
         "host.memory-free",
+        "gpu.row-remap", "gpu.retired-pages", "gpu.pcie-width", "gpu.clock-reasons",
+        "gpu.xid", "nvswitch.sxid",
     }  # fmt: skip
     assert {f.id: f.status for f in findings.values() if f.status is not Status.OK} == {}
     assert findings["parity.nccl"].expected == "2.21.5"

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from clusterkit.probe import collector
-from clusterkit.probe.collector import GPU_FIELDS, ToolError, parse_banner, parse_gpu_csv
+from clusterkit.probe.collector import (
+    BASE_GPU_FIELDS,
+    GPU_FIELDS,
+    HEALTH_GPU_FIELDS,
+    ToolError,
+    parse_banner,
+    parse_gpu_csv,
+)
 from tests.support.nodescripts import write_composed
 
 SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
@@ -70,7 +77,7 @@ def test_output_without_banner_is_a_tool_error(fixture: str) -> None:
         parse_banner((SMI / fixture).read_text())
 
 
-# --query-gpu=GPU_FIELDS --format=csv,noheader,nounits, values as nvidia-smi prints them
+# --query-gpu=BASE_GPU_FIELDS --format=csv,noheader,nounits, values as nvidia-smi prints them
 H100_CSV = (
     "0, GPU-ad1516b7-3ce3-59df-bd39-e0342e9309d7, NVIDIA H100 80GB HBM3, 550.54.15, 81559, "
     "0, 00000000:19:00.0, Enabled, Enabled, 0, 9.0\n"
@@ -85,9 +92,11 @@ RTX_CSV = (
 
 
 def test_gpu_csv_fields_and_order() -> None:
-    gpus = parse_gpu_csv(H100_CSV)
+    """Fields not asked (health fields a driver rejected) are there, as None."""
+    gpus = parse_gpu_csv(H100_CSV, BASE_GPU_FIELDS)
     assert [set(g) for g in gpus] == [set(GPU_FIELDS)] * 2
-    assert gpus[1] == {
+    assert all(gpus[1][name] is None for name in HEALTH_GPU_FIELDS)
+    assert {name: gpus[1][name] for name in BASE_GPU_FIELDS} == {
         "index": "1",
         "uuid": "GPU-d204673b-a37f-5c32-8e8e-e8de25ad7ab8",
         "name": "NVIDIA H100 80GB HBM3",
@@ -103,7 +112,7 @@ def test_gpu_csv_fields_and_order() -> None:
 
 
 def test_gpu_csv_not_available_values_become_none() -> None:
-    (gpu,) = parse_gpu_csv(RTX_CSV)
+    (gpu,) = parse_gpu_csv(RTX_CSV, BASE_GPU_FIELDS)
     assert gpu["persistence_mode"] is None
     assert gpu["ecc.mode.current"] is None
     assert gpu["ecc.errors.uncorrected.volatile.total"] is None
@@ -111,7 +120,8 @@ def test_gpu_csv_not_available_values_become_none() -> None:
 
 
 def test_gpu_csv_blank_lines_and_empty_output() -> None:
-    assert parse_gpu_csv("\n" + H100_CSV + "\n\n") == parse_gpu_csv(H100_CSV)
+    both = parse_gpu_csv(H100_CSV, BASE_GPU_FIELDS)
+    assert parse_gpu_csv("\n" + H100_CSV + "\n\n", BASE_GPU_FIELDS) == both
     assert parse_gpu_csv("") == []
 
 

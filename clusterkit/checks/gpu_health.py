@@ -1,0 +1,225 @@
+"""GPU hardware health from nvidia-smi's query fields: HBM memory repair (row remapping,
+page retirement), PCIe link width and clock event reasons. Each problem names the host, the
+GPU (index, bus id, serial or UUID), what was read and what to do about it.
+
+What is normal stays quiet: `[N/A]` fields (a GPU generation without the feature), lifetime
+corrected ECC counts, the PCIe generation (it drops to gen 1 on an idle GPU to save power)
+and the idle, application-clock, power-cap, sync-boost and display clock reasons."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.parity import Facts, section
+
+# More uncorrectable-error remaps than this warns: a bank has 8 spare rows (the "Max"
+# bucket of nvidia-smi's Bank Remap Availability Histogram), so a GPU past it is using up
+# its repairs and heading for a remapping failure.
+REMAP_UNCORRECTABLE_WARN = 8
+# Volta and older retire at most 64 pages; NVIDIA's page-retirement guidance treats a GPU
+# near that table's end as a replacement candidate.
+RETIRED_PAGES_WARN = 60
+# clocks_event_reasons bits that mean the hardware is protecting itself; the others (0x1 GPU
+# idle, 0x2 application clocks, 0x4 SW power cap, 0x10 sync boost, 0x100 display clock) are
+# normal operation.
+SLOWDOWN_REASONS = {
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake",
+}
+
+RESET = "reset the GPU once idle (`nvidia-smi -r -i {index}`) or reboot the node"
+REPLACE = "replace the GPU (RMA: open a support case with `nvidia-bug-report.sh` attached)"
+
+
+def gpu_label(gpu: Mapping[str, Any]) -> str:
+    """'GPU 3 (00000000:4B:00.0, serial 1654922000103)': index, bus id, serial or UUID."""
+    ident = f"serial {gpu['serial']}" if gpu.get("serial") else gpu.get("uuid")
+    parts = [str(part) for part in (gpu.get("pci.bus_id"), ident) if part]
+    return f"GPU {gpu.get('index')}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _number(value: Any) -> int | None:
+    """A count from a CSV cell: None for [N/A] (already None), text or a negative number."""
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isdigit() else None
+
+
+def _yes(value: Any) -> bool:
+    """`Yes` in --query-gpu, `1` in --query-remapped-rows: both mean set."""
+    return str(value).strip().lower() in ("yes", "1", "true")
+
+
+def _devices(host_facts: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [d for d in section(host_facts, "gpus").get("devices", []) if isinstance(d, dict)]
+
+
+def row_remap_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+    """(status, evidence, action) for one GPU's row remapping (Ampere and newer)."""
+    problems = []
+    index = gpu.get("index")
+    if _yes(gpu.get("remapped_rows.failure")):
+        problems.append((Status.FAIL, "row remapping failed (no spare rows left)", REPLACE))
+    if _yes(gpu.get("remapped_rows.pending")):
+        action = RESET.format(index=index) + " to apply it"
+        problems.append((Status.FAIL, "row remap pending", action))
+    uncorrectable = _number(gpu.get("remapped_rows.uncorrectable"))
+    if uncorrectable is not None and uncorrectable > REMAP_UNCORRECTABLE_WARN:
+        evidence = f"{uncorrectable} rows remapped for uncorrectable errors"
+        problems.append((Status.WARN, evidence, "plan its replacement: " + REPLACE))
+    return problems
+
+
+def retired_page_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+    """(status, evidence, action) for one GPU's page retirement (Volta and older)."""
+    problems = []
+    index = gpu.get("index")
+    if _yes(gpu.get("retired_pages.pending")):
+        action = RESET.format(index=index) + " to retire them"
+        problems.append((Status.FAIL, "page retirement pending", action))
+    retired = [_number(gpu.get(f"retired_pages.{kind}.count"))
+               for kind in ("single_bit_ecc", "double_bit")]  # fmt: skip
+    total = sum(count for count in retired if count is not None)
+    if total >= RETIRED_PAGES_WARN:
+        evidence = f"{total} pages retired (of at most 64)"
+        problems.append((Status.WARN, evidence, "plan its replacement: " + REPLACE))
+    return problems
+
+
+def _graded(
+    check_id: str,
+    facts: Facts,
+    problems_of: Any,
+    *,
+    what: str,
+    ok: str,
+) -> list[Finding]:
+    """One finding per status found (fail and warn hosts apart), else one OK; skip without
+    GPUs. `problems_of(gpu)` -> [(status, evidence, action)]."""
+    checked = [h for h, f in facts.items() if _devices(f)]
+    if not checked:
+        return [Finding(check_id, Status.SKIP, "not checked: no host has NVIDIA GPUs")]
+    by_status: dict[Status, dict[str, list[str]]] = {}
+    actions: dict[Status, list[str]] = {}
+    for host in checked:
+        for gpu in _devices(facts[host]):
+            for status, evidence, action in problems_of(gpu):
+                line = f"{gpu_label(gpu)}: {evidence}"
+                by_status.setdefault(status, {}).setdefault(host, []).append(line)
+                shown = f"{host} {gpu_label(gpu)}: {action}"
+                actions.setdefault(status, []).append(shown)
+    if not by_status:
+        return [over_hosts(check_id, {}, checked, ok=ok, failed="")]
+    findings = []
+    for status in (Status.FAIL, Status.WARN):
+        hosts = by_status.get(status)
+        if not hosts:
+            continue
+        bad = {host: "; ".join(lines) for host, lines in hosts.items()}
+        failed = f"{what}: " + "; ".join(f"{host}: {why}" for host, why in bad.items())
+        remedy = "; ".join(dict.fromkeys(actions[status]))
+        findings.append(
+            over_hosts(check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy)
+        )
+    return findings
+
+
+def pcie_width_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+    """A link trained narrower than its maximum (x8 of x16 halves host bandwidth). The
+    generation is not judged: it drops to gen 1 whenever the GPU is idle."""
+    current = _number(gpu.get("pcie.link.width.current"))
+    widest = _number(gpu.get("pcie.link.width.max"))
+    if current is None or widest is None or current >= widest:
+        return []
+    evidence = f"PCIe link x{current} of x{widest}"
+    action = (
+        "reseat the GPU or its riser and check the slot's BIOS link settings "
+        f"(`lspci -vv -s {gpu.get('pci.bus_id')}`: LnkSta against LnkCap); replace the GPU "
+        "if it persists"
+    )
+    return [(Status.WARN, evidence, action)]
+
+
+def clock_reason_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+    """Active slowdown reasons, with the temperatures they go with."""
+    text = str(gpu.get("clocks_event_reasons.active") or "").strip()
+    try:
+        mask = int(text, 16) if text else 0
+    except ValueError:
+        return []
+    active = [name for bit, name in SLOWDOWN_REASONS.items() if mask & bit]
+    if not active:
+        return []
+    temperatures = [
+        f"{label} {gpu.get(field)} C"
+        for label, field in (("GPU", "temperature.gpu"), ("memory", "temperature.memory"))
+        if _number(gpu.get(field)) is not None
+    ]
+    evidence = f"clocks slowed: {', '.join(active)} ({text})"
+    if temperatures:
+        evidence += ", " + ", ".join(temperatures)
+    thermal = mask & 0x60
+    action = (
+        "check cooling (fans, airflow, inlet temperature; `nvidia-smi -q -d TEMPERATURE,"
+        "PERFORMANCE`)"
+        if thermal
+        else "check the power supply and the BMC's event log (`nvidia-smi -q -d PERFORMANCE`)"
+    )
+    return [(Status.WARN, evidence, action + "; drain the node if it persists")]
+
+
+def gpu_health_findings(facts: Facts) -> list[Finding]:
+    """gpu.row-remap, gpu.retired-pages, gpu.pcie-width and gpu.clock-reasons."""
+    return [
+        *_graded(
+            "gpu.row-remap",
+            facts,
+            row_remap_problems,
+            what="GPU memory row remapping needs action",
+            ok="no GPU has a pending or failed row remap",
+        ),
+        *_graded(
+            "gpu.retired-pages",
+            facts,
+            retired_page_problems,
+            what="GPU memory page retirement needs action",
+            ok="no GPU has a page retirement pending",
+        ),
+        *_graded(
+            "gpu.pcie-width",
+            facts,
+            pcie_width_problems,
+            what="PCIe link narrower than its maximum (host transfers slowed)",
+            ok="every GPU's PCIe link runs at its full width",
+        ),
+        *_graded(
+            "gpu.clock-reasons",
+            facts,
+            clock_reason_problems,
+            what="GPU clocks slowed by the hardware",
+            ok="no GPU is slowed by thermal, power-brake or hardware slowdown",
+        ),
+    ]
+
+
+BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+NEEDS = {REPLACE: "needs replacement"}
+
+
+def drain_notes(host_facts: Mapping[str, Any]) -> list[str]:
+    """Short words for a Slurm drain reason, `GPU 3 00000000:4B:00.0 remap pending needs
+    reset`, for each failing memory repair. Node text never reaches it: the index must be
+    digits and the bus id a bus id, else `?`."""
+    notes = []
+    for gpu in _devices(host_facts):
+        index, bus = str(gpu.get("index")), str(gpu.get("pci.bus_id"))
+        where = f"GPU {index if index.isdigit() else '?'} {bus if BUS_ID.fullmatch(bus) else '?'}"
+        for status, evidence, action in row_remap_problems(gpu) + retired_page_problems(gpu):
+            if status is Status.FAIL:
+                short = evidence.split(" (")[0]
+                notes.append(f"{where} {short} {NEEDS.get(action, 'needs reset')}")
+    return notes

@@ -1,0 +1,153 @@
+"""GPU health checks (row remapping, retired pages, PCIe width, clock event reasons) over
+nvidia-smi output as drivers print it, and the probe's fallback for a driver that rejects a
+field name (tests/support/fake_nvidia_smi.py prints the real rejection)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterkit.checks.gpu_health import drain_notes, gpu_health_findings
+from clusterkit.checks.model import Finding, Status
+from clusterkit.nodescript.prelude import ToolError, run_tool
+from clusterkit.probe.collector import GPU_FIELDS, parse_gpu_csv, query_gpu_fields
+from clusterkit.slurm.drain import NodeState, decide
+from tests.support import fake_nvidia_smi
+
+SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
+# --query-gpu=GPU_FIELDS --format=csv,noheader,nounits: an idle H100 (gen 1 of 5, x16, reason
+# 0x1 GPU idle, retired pages [N/A] on Hopper, remap counts 0/0/No/No).
+H100_IDLE = (
+    "0, GPU-ad1516b7-3ce3-59df-bd39-e0342e9309d7, NVIDIA H100 80GB HBM3, 550.54.15, 81559, 0, "
+    "00000000:19:00.0, Enabled, Enabled, 0, 9.0, 1654922000100, 0, 0, No, No, [N/A], [N/A], "
+    "[N/A], 1, 5, 16, 16, 0x0000000000000001, 29, 37\n"
+)
+# Under load: SW power cap and application clocks are normal too; lifetime corrected remaps
+REMAPS_KEPT = H100_IDLE.replace("0, 0, No, No", "5, 1, No, No").replace(
+    "0x0000000000000001", "0x0000000000000006"
+)
+PENDING = H100_IDLE.replace("0, 0, No, No", "0, 2, Yes, No").replace(
+    "00000000:19:00.0", "00000000:4B:00.0"
+)
+FAILED = H100_IDLE.replace("0, 0, No, No", "0, 12, No, Yes")
+NARROW = H100_IDLE.replace("1, 5, 16, 16", "4, 5, 8, 16")
+HOT = H100_IDLE.replace("0x0000000000000001", "0x0000000000000060").replace("29, 37", "91, 95")
+# A V100 on driver 525: remap fields [N/A]; two pages retired, one more pending
+V100 = (
+    "0, GPU-1f2e3d4c-0000-1111-2222-333344445555, Tesla V100-SXM2-32GB, 525.147.05, 32768, 0, "
+    "00000000:1A:00.0, Enabled, Enabled, 0, 7.0, 0323618012345, [N/A], [N/A], [N/A], [N/A], "
+    "1, 1, Yes, 3, 3, 16, 16, 0x0000000000000000, 41, 38\n"
+)
+
+
+def facts_of(**hosts: str) -> dict:
+    return {
+        host: {"gpus": {"count": 1, "devices": parse_gpu_csv(text)}} for host, text in hosts.items()
+    }
+
+
+def problems(findings: list[Finding]) -> dict[str, tuple[str, list[str]]]:
+    return {f.id: (f.status.value, f.hosts) for f in findings if f.status is not Status.OK}
+
+
+def test_an_idle_healthy_gpu_is_quiet_and_so_are_kept_remaps_and_normal_reasons() -> None:
+    findings = gpu_health_findings(facts_of(n1=H100_IDLE, n2=REMAPS_KEPT, n3=V100.replace(
+        "1, 1, Yes", "1, 1, No")))  # fmt: skip
+    assert {f.id: f.status for f in findings} == {
+        "gpu.row-remap": Status.OK,
+        "gpu.retired-pages": Status.OK,
+        "gpu.pcie-width": Status.OK,
+        "gpu.clock-reasons": Status.OK,
+    }
+
+
+def test_each_fault_is_named_on_its_host_with_gpu_evidence_and_action() -> None:
+    findings = gpu_health_findings(
+        facts_of(ok=H100_IDLE, pend=PENDING, dead=FAILED, narrow=NARROW, hot=HOT, volta=V100)
+    )
+    by = {(f.id, f.status): f for f in findings}
+    remap = by[("gpu.row-remap", Status.FAIL)]
+    assert remap.hosts == ["pend", "dead"]
+    assert "GPU 0 (00000000:4B:00.0, serial 1654922000100): row remap pending" in remap.message
+    assert "row remapping failed (no spare rows left)" in remap.found["dead"]
+    assert "nvidia-smi -r -i 0" in remap.remedy and "RMA" in remap.remedy
+    many = by[("gpu.row-remap", Status.WARN)]  # 12 uncorrectable remaps, over 8
+    assert many.hosts == ["dead"] and "12 rows remapped" in many.message
+    assert by[("gpu.retired-pages", Status.FAIL)].hosts == ["volta"]
+    width = by[("gpu.pcie-width", Status.WARN)]
+    assert width.hosts == ["narrow"] and "PCIe link x8 of x16" in width.message
+    clocks = by[("gpu.clock-reasons", Status.WARN)]
+    assert clocks.hosts == ["hot"]
+    assert "SW thermal slowdown, HW thermal slowdown (0x0000000000000060)" in clocks.message
+    assert "GPU 91 C, memory 95 C" in clocks.message and "cooling" in clocks.remedy
+
+
+def test_no_gpus_is_a_skip_never_an_ok() -> None:
+    findings = gpu_health_findings({"cpu": {"gpus": {"count": 0, "devices": []}}})
+    assert {f.status for f in findings} == {Status.SKIP}
+
+
+def test_recorded_remapped_rows_values_parse_as_the_checks_read_them() -> None:
+    """--query-remapped-rows prints Yes/No (recorded); `1` means set too. One uncorrectable
+    remap kept after the reset that applied it is not a fault."""
+    lines = (SMI / "query-remapped-rows-after-reset-x4.txt").read_text().splitlines()
+    header = [name.strip() for name in lines[0].split(",")]
+    devices = []
+    for index, line in enumerate(lines[1:]):
+        row = dict(zip(header, (value.strip() for value in line.split(","))))
+        devices.append({"index": str(index), "uuid": row.pop("gpu_uuid"), **row})
+    facts = {"n": {"gpus": {"count": 4, "devices": devices}}}
+    assert problems(gpu_health_findings(facts)) == {}
+    devices[2]["remapped_rows.pending"] = "1"
+    assert problems(gpu_health_findings(facts)) == {"gpu.row-remap": ("fail", ["n"])}
+
+
+def test_drain_reason_names_the_gpu_and_reset_or_replace() -> None:
+    facts = facts_of(n=PENDING)["n"]
+    notes = drain_notes(facts)
+    assert notes == ["GPU 0 00000000:4B:00.0 row remap pending needs reset"]
+    action = decide(NodeState("IDLE", ""), ["gpu.row-remap"], notes)
+    assert action.reason == (
+        "clusterkit: gpu.row-remap; GPU 0 00000000:4B:00.0 row remap pending needs reset"
+    )
+    assert drain_notes(facts_of(n=FAILED)["n"]) == [
+        "GPU 0 00000000:19:00.0 row remapping failed needs replacement"
+    ]
+    assert drain_notes(facts_of(n=H100_IDLE)["n"]) == []
+    hostile = facts_of(n=PENDING.replace("00000000:4B:00.0", "x;reboot"))["n"]
+    assert drain_notes(hostile) == ["GPU 0 ? row remap pending needs reset"]
+
+
+def _run_fake(tmp_path: Path, unknown: list[str]):
+    state = tmp_path / "state.json"
+    gpu = {"index": 0, "name": "Tesla V100-SXM2-32GB", "pci.bus_id": "00000000:1A:00.0",
+           "clocks_event_reasons.active": "0x0000000000000001", "pcie.link.width.current": 16,
+           "pcie.link.width.max": 16}  # fmt: skip
+    state.write_text(json.dumps({"driver": "470.256.02", "gpus": [gpu], "unknown_fields": unknown}))
+
+    def run(names: list[str]) -> str:
+        argv = [sys.executable, "-S", "-E", fake_nvidia_smi.__file__, str(state),
+                "--query-gpu=" + ",".join(names), "--format=csv,noheader,nounits"]  # fmt: skip
+        return run_tool(argv, 10)
+
+    return run
+
+
+def test_a_driver_rejecting_new_field_names_gets_the_older_name_or_none(tmp_path: Path) -> None:
+    """nvidia-smi fails the whole query on one unknown name: the old spelling of the clock
+    reasons is asked instead, a field it lacks altogether is left out, the rest still read."""
+    run = _run_fake(tmp_path, ["clocks_event_reasons.active", "remapped_rows.failure"])
+    text, asked = query_gpu_fields(run)
+    assert "clocks_throttle_reasons.active" in asked and "remapped_rows.failure" not in asked
+    (gpu,) = parse_gpu_csv(text, [n.replace("throttle", "event") for n in asked])
+    assert gpu["clocks_event_reasons.active"] == "0x0000000000000001"
+    assert gpu["remapped_rows.failure"] is None and gpu["pcie.link.width.current"] == "16"
+    assert set(gpu) == set(GPU_FIELDS)
+
+
+def test_a_rejected_base_field_is_still_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match='Field "compute_cap" is not a valid field'):
+        query_gpu_fields(_run_fake(tmp_path, ["compute_cap"]))
