@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.words import counted
 
 Facts = Mapping[str, Mapping[str, Any]]
 Extractor = Callable[[Mapping[str, Any]], Any]
@@ -79,12 +80,14 @@ def parity_finding(
     expected = majority(values)
     odd = {host: value for host, value in values.items() if value != expected}
     described = ", ".join(f"{host} has {value}" for host, value in odd.items())
+    everyone, same = counted(len(values), "host"), len(values) - len(odd)
     return over_hosts(
         check_id,
         odd,
         list(values),
-        ok=f"{what}: {expected} on all {len(values)} hosts",
-        failed=f"{what} differs: {len(values) - len(odd)} hosts have {expected}; {described}",
+        ok=f"{what}: {expected} on {'all ' if len(values) > 1 else ''}{everyone}",
+        failed=f"{what} differs: {counted(same, 'host')} {'has' if same == 1 else 'have'} "
+        f"{expected}; {described}",
         expected=expected,
         remedy=remedy,
     )

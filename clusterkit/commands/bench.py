@@ -15,6 +15,7 @@ from clusterkit.checks.model import Status
 from clusterkit.commands.common import connect_options, load_targets
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
+from clusterkit.probe import PROBE_SECONDS
 from clusterkit.report import Report, emit
 from clusterkit.slurm.check import slurm_stages, write_exclude_file
 from clusterkit.stages import Session, build_report, run_stages
@@ -24,8 +25,6 @@ from clusterkit.stages.probe import ProbeStage
 from clusterkit.stages.session import SessionOptions
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
-
-PROBE_SECONDS = 30.0
 
 
 def bench_timeout(args: argparse.Namespace, settings: BenchSettings) -> float:
@@ -59,7 +58,7 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
         stepfactor=args.stepfactor,
         iters=args.iters,
         warmup_iters=args.warmup_iters,
-        check=args.check,
+        check=args.validate,
         datatype=args.datatype,
         backend=args.backend,
         nproc_per_node=args.nproc_per_node,
@@ -115,7 +114,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
     if args.result_json:
         result = (session.details.get("bench") or {}).get("result")
         write_json(result or failed_result(report), args.result_json)
-    emit(report, args.format, args.output)
+    emit(report, args.format, args.output, only_problems=args.only_problems)
     if args.exclude_file:
         write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status

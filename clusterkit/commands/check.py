@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
     plan = fix_plan(report) if args.fix_plan else None
     report.fix_plan = plan
-    emit(report, args.format, args.output)
+    emit(report, args.format, args.output, only_problems=args.only_problems)
     if plan is not None and args.format != "json":
         # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
         to_stderr = args.format == "junit" and not args.output

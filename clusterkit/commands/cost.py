@@ -18,8 +18,9 @@ from clusterkit.cost.rates import ADVISOR_BUCKETS, RateSource, parse_rate, read_
 from clusterkit.cost.scenario import CapacityWait, Hazard, Scenario
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import CostSettings
-from clusterkit.report.terminal import wants_color
+from clusterkit.report.terminal import is_terminal, wants_color
 from clusterkit.status import ExitStatus
+from clusterkit.words import counted
 
 # Public 4-node spot traces: time to get all nodes back had a median of 0.3-0.5 h and a mean
 # of 0.8-2.9 h.
@@ -176,7 +177,9 @@ def _from_inventory(path: str, values: _Values) -> None:
     from clusterkit.inventory import load_inventory
 
     inventory = load_inventory(path)
-    values.set("nodes", len(inventory.hosts), f"inventory {path} ({len(inventory.hosts)} hosts)")
+    values.set(
+        "nodes", len(inventory.hosts), f"inventory {path} ({counted(len(inventory.hosts), 'host')})"
+    )
     section = inventory.settings.cost  # typed and range-checked when the inventory was read
     for key in INVENTORY_KEYS:
         values.set(key, getattr(section, key), f"inventory {path}: clusterkit.cost.{key}")
@@ -294,7 +297,8 @@ def _prices(
     instance, region = values.get("instance"), values.get("region")
     catalog_path = values.get("catalog")
     if instance is None and catalog_path is None and (on_demand is None or spot is None):
-        known = ", ".join(e.instance for e in price_catalog.load().entries)
+        # One name per instance type, in catalog order: an entry per region repeats it.
+        known = ", ".join(dict.fromkeys(e.instance for e in price_catalog.load().entries))
         raise UsageError(
             f"no prices: give --on-demand-price and --spot-price, or --instance (known: {known})"
         )
@@ -361,7 +365,8 @@ def _write(result: Estimate, args: argparse.Namespace) -> None:
         text = render_json(result)
     else:
         color = args.output is None and wants_color(sys.stdout)
-        text = render_text(result, color=color)
+        terminal = args.output is None and is_terminal(sys.stdout)
+        text = render_text(result, color=color, terminal=terminal)
     if args.output is None:
         sys.stdout.write(text)
         return

@@ -23,6 +23,7 @@ from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_p
 from clusterkit.launch.plan import render_print as render_plan
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.net.plan import NetworkOptions
+from clusterkit.probe import PROBE_SECONDS
 from clusterkit.redact import redact_text
 from clusterkit.report import emit
 from clusterkit.report.escape import printable
@@ -34,8 +35,8 @@ from clusterkit.stages.launch import LaunchStage
 from clusterkit.stages.probe import ProbeStage
 from clusterkit.stages.session import NoProgress, SessionOptions
 from clusterkit.status import ExitStatus
+from clusterkit.words import counted
 
-PROBE_SECONDS = 60.0
 DEFAULT_RUN_ARGS = ("--shm-size", "16g", "--network", "host", "--ulimit", "memlock=-1:-1")
 
 
@@ -78,8 +79,8 @@ def launch(args: argparse.Namespace, inventory: Inventory, options: SuperviseOpt
             return ExitStatus.PASSED
         assert gate.session is not None
         note(
-            f"clusterkit: launching run {run_id} on {len(plan)} nodes x "
-            f"{settings.nproc_per_node} ranks "
+            f"clusterkit: launching run {run_id} on {counted(len(plan), 'node')} x "
+            f"{counted(settings.nproc_per_node, 'rank')} "
             f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
         )
         stage = LaunchStage(settings, options, gated=not args.no_check, strict=args.strict)
@@ -143,7 +144,7 @@ def check_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
     report = build_report(session, "launch", seconds=time.monotonic() - started, strict=args.strict)
     status = report.exit_status
     if status is not ExitStatus.PASSED or args.check_output:
-        emit(report, args.format, args.check_output)
+        emit(report, args.format, args.check_output, only_problems=args.only_problems)
     if status is ExitStatus.PASSED and not session.unreachable:
         note(f"clusterkit: check passed in {report.seconds:.1f} s")
     return Gate(status, "checked", session.facts, session.details, session)

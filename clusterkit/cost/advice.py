@@ -14,6 +14,7 @@ from clusterkit.cost import analytic, simulate
 from clusterkit.cost.analytic import Option
 from clusterkit.cost.scenario import Scenario
 from clusterkit.cost.simulate import MonteCarlo
+from clusterkit.words import counted
 
 # Spot is not recommended when it misses the deadline in more runs than this.
 DEADLINE_RISK = 0.10
@@ -134,7 +135,7 @@ def _rates_line(scenario: Scenario, spot: Option, on_demand: Option) -> str:
         else ""
     )
     return (
-        f"the job stops every {_hours(spot.mtbi_h)} on spot ({scenario.nodes} nodes x "
+        f"the job stops every {_hours(spot.mtbi_h)} on spot ({counted(scenario.nodes, 'node')} x "
         f"{scenario.preempt_rate:.3g}/node-h{correlation}, plus hardware) and every "
         f"{_hours(on_demand.mtbi_h)} on-demand (hardware only); checkpoints every "
         f"{_hours(spot.interval_h)} and {_hours(on_demand.interval_h)}"

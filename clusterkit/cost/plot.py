@@ -11,6 +11,7 @@ import numpy as np
 from clusterkit.cost import analytic, simulate
 from clusterkit.cost.estimate import Estimate
 from clusterkit.errors import UsageError
+from clusterkit.words import counted
 
 SPOT_COLOR, DEMAND_COLOR, MARK_COLOR = "#1f77b4", "#d62728", "#444444"
 # The band: this many rates, each simulated with at most this many trials.
@@ -200,7 +201,8 @@ def draw(result: Estimate) -> Any:
     time_axis.set_ylabel("expected wall time (h)")
     time_axis.set_xlabel("spot preemption rate (per node-hour, log scale)")
     cost_axis.set_title(
-        f"Spot vs on-demand: {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs, "
+        f"Spot vs on-demand: {counted(scenario.nodes, 'node')} x "
+        f"{counted(scenario.gpus_per_node, 'GPU')}, "
         f"{scenario.hours:g} h of compute\n"
         f"checkpoint {scenario.checkpoint_h * 60:.3g} min, restart {scenario.restart_h * 60:.3g}"
         f" min, correlation {scenario.effective_correlation:g}",

@@ -11,14 +11,20 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterkit.cost.estimate import Estimate, Provenance, to_dict
+from clusterkit.words import counted
 
 
 def render_json(result: Estimate) -> str:
     return json.dumps(to_dict(result), indent=2) + "\n"
 
 
-def render_text(result: Estimate, *, color: bool = False, width: int = 100) -> str:
-    """Rich table on a terminal; the same layout in plain ASCII otherwise."""
+def render_text(
+    result: Estimate, *, color: bool = False, terminal: bool | None = None, width: int = 100
+) -> str:
+    """Rich table on a terminal; the same layout in plain ASCII otherwise. The layout follows
+    `terminal` (default: `color`), the colour only `color`: NO_COLOR and FORCE_COLOR change
+    the colour, never the table's lines."""
+    terminal = color if terminal is None else terminal
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -35,10 +41,11 @@ def render_text(result: Estimate, *, color: bool = False, width: int = 100) -> s
     if result.provenance.region:
         where += f" in {result.provenance.region}"
     console.print(
-        f"[bold]clusterkit cost[/bold]: {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs, "
+        f"[bold]clusterkit cost[/bold]: {counted(scenario.nodes, 'node')} x "
+        f"{counted(scenario.gpus_per_node, 'GPU')}, "
         f"{scenario.hours:g} h of compute, {where}"
     )
-    table = Table(box=box.SIMPLE_HEAD if color else box.ASCII, show_edge=color)
+    table = Table(box=box.SIMPLE_HEAD if terminal else box.ASCII, show_edge=terminal)
     table.add_column("")
     table.add_column("spot", justify="right")
     table.add_column("on-demand", justify="right")

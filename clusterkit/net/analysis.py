@@ -20,6 +20,7 @@ from clusterkit.net.firewall import Packet, explain
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, failing_pairs, tested_pairs
 from clusterkit.net.plan import NetworkOptions, master_address
+from clusterkit.words import counted
 
 STAGE = "network"
 FAILED_RESULTS = ("refused", "timeout", "unreachable", "error", "foreign", "wrong_node")
@@ -527,7 +528,8 @@ def _rendezvous_text(
     if across:
         nodes = {b.source for b in across}
         parts.append(
-            f"{len(nodes)} nodes of {', '.join(sorted(cut_off))}, cut off from {master}'s "
+            f"{counted(len(nodes), 'node')} of {', '.join(sorted(cut_off))}, cut off from "
+            f"{master}'s "
             f"subnet {home} (net.subnet-cut)"
         )
     parts += [b.describe() for b in shown[:MESSAGE_PAIRS]]

@@ -1,0 +1,8 @@
+"""Facts from the nodes: the collector (runs there) and the runner (starts it over a transport).
+
+PROBE_SECONDS bounds one host's probe for every command that probes a cluster (`check`,
+`launch`, `bench`); `node-check` keeps its own, shorter bound (Slurm kills a health check at
+60 s), and each tool the collector runs has its own bound inside either.
+"""
+
+PROBE_SECONDS = 60.0

@@ -16,7 +16,7 @@ from clusterkit.redact import redact
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
-from clusterkit.report.terminal import wants_color
+from clusterkit.report.terminal import is_terminal, wants_color
 from clusterkit.report.text import render_plain, render_rich
 
 __all__ = ["Report", "emit", "ensure_writable", "verdict_status"]
@@ -40,8 +40,10 @@ def ensure_writable(path: str, flag: str) -> None:
         target.unlink(missing_ok=True)
 
 
-def emit(report: Report, fmt: str, output: str | None) -> None:
-    """Write the report to --output (or stdout); rich only on an interactive terminal.
+def emit(report: Report, fmt: str, output: str | None, *, only_problems: bool = False) -> None:
+    """Write the report to --output (or stdout); rich tables only on an interactive terminal,
+    colour where wanted (NO_COLOR, FORCE_COLOR pick the colour, never the layout).
+    `only_problems` shortens the text report only: JSON and JUnit stay complete.
     Secret-looking values are redacted first, whatever the format or destination."""
     report = redacted(report)
     if fmt == "json":
@@ -53,7 +55,7 @@ def emit(report: Report, fmt: str, output: str | None) -> None:
     if output:
         if text is None:
             buffer = io.StringIO()
-            render_plain(report, buffer)
+            render_plain(report, buffer, only_problems=only_problems)
             text = buffer.getvalue()
         try:
             write_whole(output, text.encode())
@@ -67,10 +69,10 @@ def emit(report: Report, fmt: str, output: str | None) -> None:
         return
     if text is not None:
         sys.stdout.write(text)
-    elif wants_color(sys.stdout):
-        render_rich(report, sys.stdout)
+    elif is_terminal(sys.stdout):
+        render_rich(report, sys.stdout, color=wants_color(sys.stdout), only_problems=only_problems)
     else:
-        render_plain(report, sys.stdout)
+        render_plain(report, sys.stdout, color=wants_color(sys.stdout), only_problems=only_problems)
 
 
 def write_whole(path: str, data: bytes) -> None:

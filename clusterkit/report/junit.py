@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections import Counter
 
-from clusterkit.checks.model import Status
+from clusterkit.checks.model import Finding, Status
 from clusterkit.report.escape import printable
 from clusterkit.report.model import STAGE_ORDER, Report
 
 
-def _detail(finding) -> str:
+def _detail(finding: Finding) -> str:
     lines = [finding.message]
     if finding.hosts:
         lines.append(f"hosts: {', '.join(finding.hosts)}")
@@ -30,11 +31,9 @@ def render_junit(report: Report) -> str:
         findings = [f for f in report.findings if f.stage == stage]
         suite = ET.SubElement(root, "testsuite", name=f"clusterkit.{stage}")
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        for finding in findings:
+        for finding, name in zip(findings, case_names(findings)):
             counts["tests"] += 1
-            case = ET.SubElement(
-                suite, "testcase", classname=f"clusterkit.{stage}", name=finding.id
-            )
+            case = ET.SubElement(suite, "testcase", classname=f"clusterkit.{stage}", name=name)
             failed = finding.status is Status.FAIL or (
                 report.strict and finding.status is Status.WARN
             )
@@ -60,6 +59,23 @@ def render_junit(report: Report) -> str:
             suite.set(key, str(value))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
+
+
+def case_names(findings: list[Finding]) -> list[str]:
+    """A testcase name per finding, unique within its suite: a CI dashboard keeps one history
+    per (classname, name), so one host's finding of a check that several hosts have (an
+    unreachable host each) is named `id[host]`; any remaining twin gets `#N`."""
+    repeated = {check for check, n in Counter(f.id for f in findings).items() if n > 1}
+    names = [
+        f"{f.id}[{f.hosts[0]}]" if f.id in repeated and len(f.hosts) == 1 else f.id
+        for f in findings
+    ]
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return [printable(name) for name in unique]
 
 
 def _stage_key(stage: str) -> int:

@@ -7,7 +7,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 from clusterkit.redact import redact_text
 from clusterkit.report.escape import printable
 from clusterkit.report.terminal import is_terminal
+from clusterkit.words import counted
 
 
 class PhaseLog:
@@ -26,18 +27,27 @@ class PhaseLog:
         self.stream = stream
         self.name: str | None = None
         self.total = self.answered = 0
-        self.problems: list[str] = []
+        self.problems: list[tuple[str, str]] = []  # (host, problem) as they answered
+        self.order: Sequence[str] = ()
         self.started = 0.0
 
-    def start(self, name: str, total: int) -> None:
+    def start(self, name: str, total: int, order: Sequence[str] = ()) -> None:
         self.finish()
         self.name, self.total, self.answered, self.problems = name, total, 0, []
+        self.order = order
         self.started = time.monotonic()
 
     def done(self, host: str, problem: str | None) -> None:
         self.answered += 1
         if problem:
-            self.problems.append(f"{host}: {problem}")
+            self.problems.append((host, problem))
+
+    def _problems_in_order(self) -> list[str]:
+        """Hosts in inventory order, not in the order they happened to answer: the same
+        failure reads the same on every run."""
+        rank = {host: index for index, host in enumerate(self.order)}
+        ordered = sorted(self.problems, key=lambda item: rank.get(item[0], len(rank)))
+        return [f"{host}: {problem}" for host, problem in ordered]
 
     def finish(self) -> None:
         if self.name is None:
@@ -45,11 +55,12 @@ class PhaseLog:
         seconds = f"{time.monotonic() - self.started:.1f} s"
         if self.answered or self.total > 1:  # a per-host phase
             ok = self.answered - len(self.problems)
-            line = f"clusterkit: {self.name}: {ok} of {self.total} hosts ok in {seconds}"
+            hosts = counted(self.total, "host")
+            line = f"clusterkit: {self.name}: {ok} of {hosts} ok in {seconds}"
         else:  # a stage that acts on the cluster as a whole
             line = f"clusterkit: {self.name}: finished in {seconds}"
         if self.problems:
-            shown = "; ".join(self.problems[:3])
+            shown = "; ".join(self._problems_in_order()[:3])
             more = len(self.problems) - 3
             line += f" ({shown}{f'; +{more} more' if more > 0 else ''})"
         self.name = None
@@ -79,10 +90,12 @@ class Progress:
                 transient=True,
             )
 
-    def phase(self, name: str, total: int) -> None:
+    def phase(self, name: str, total: int, order: Sequence[str] = ()) -> None:
+        """A new phase of `total` steps; `order` (the inventory's host names) orders the
+        hosts its summary line names."""
         if self._log is not None:
             with self._lock:
-                self._log.start(name, total)
+                self._log.start(name, total, order)
         if self._bar is None:
             return
         with self._lock:

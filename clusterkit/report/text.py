@@ -8,6 +8,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import nccl_version, section, torch_cuda
 from clusterkit.report.escape import printable
 from clusterkit.report.model import STAGE_ORDER, Report
+from clusterkit.words import counted
 
 _STYLE = {
     Status.OK: "green",
@@ -60,12 +61,42 @@ def _host_rows(report: Report) -> list[tuple[str, ...]]:
 HOST_COLUMNS = ("host", "address", "state", "GPUs", "driver", "torch", "torch CUDA", "NCCL")
 
 
+PROBLEMS = (Status.FAIL, Status.ERROR, Status.WARN)
+_ANSI = {
+    "green": "32",
+    "yellow": "33",
+    "bold red": "1;31",
+    "bold magenta": "1;35",
+    "dim": "2",
+    "bold green": "1;32",
+}
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"\x1b[{_ANSI[style]}m{text}\x1b[0m" if color else text
+
+
 def _by_stage(report: Report) -> list[tuple[str, list[Finding]]]:
+    """Every stage in run order with its findings (none for a stage skipped without any)."""
     stages = sorted(
-        {f.stage for f in report.findings},
-        key=lambda s: STAGE_ORDER.index(s) if s in STAGE_ORDER else 99,
+        {f.stage for f in report.findings} | set(report.stages),
+        key=lambda s: STAGE_ORDER.index(s) if s in STAGE_ORDER else len(STAGE_ORDER),
     )
     return [(s, [f for f in report.findings if f.stage == s]) for s in stages]
+
+
+def _shown(findings: list[Finding], only_problems: bool) -> list[Finding]:
+    return [f for f in findings if f.status in PROBLEMS] if only_problems else findings
+
+
+def hidden_line(report: Report) -> str:
+    """What --only-problems left out, in one line ("38 OK, 2 SKIP not shown")."""
+    counts = report.counts()
+    parts = [f"{counts[s.value]} {s.value.upper()}" for s in (Status.OK, Status.SKIP)]
+    skipped = len(skipped_without_findings(report))
+    if skipped:
+        parts.append(f"{counted(skipped, 'skipped stage')}")
+    return ", ".join(parts) + " not shown"
 
 
 def skipped_without_findings(report: Report) -> list[tuple[str, str]]:
@@ -73,6 +104,11 @@ def skipped_without_findings(report: Report) -> list[tuple[str, str]]:
     already (the bench's SKIP finding carries the same reason): each said once."""
     shown = {f.stage for f in report.findings}
     return [(s, why) for s, why in report.stages.items() if why != "ran" and s not in shown]
+
+
+def _skip_reason(report: Report, stage: str) -> str | None:
+    """Why a stage without findings did not run; None when it ran or has findings."""
+    return dict(skipped_without_findings(report)).get(stage)
 
 
 def _summary(report: Report) -> str:
@@ -86,50 +122,81 @@ def _summary(report: Report) -> str:
     ]
     return (
         f"verdict: {report.verdict.upper()} (exit {int(report.exit_status)}): "
-        f"{', '.join(parts)} on {len(report.hosts)} hosts in {report.seconds:.1f} s"
+        f"{', '.join(parts)} on {counted(len(report.hosts), 'host')} in {report.seconds:.1f} s"
     )
 
 
-def render_plain(report: Report, stream: IO[str]) -> None:
+def render_plain(
+    report: Report, stream: IO[str], *, color: bool = False, only_problems: bool = False
+) -> None:
+    """Aligned text; `color` adds ANSI colour to the same characters and nothing else."""
     total = len(report.hosts)
+    rows = [r for r in host_rows(report) if not only_problems or r[2] != "ok"]
     widths = [
-        max(len(c), *(len(r[i]) for r in host_rows(report))) if report.hosts else len(c)
+        max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
         for i, c in enumerate(HOST_COLUMNS)
     ]
-    print("hosts:", file=stream)
-    for row in [HOST_COLUMNS, *host_rows(report)]:
-        print("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip(), file=stream)
+    if rows or not only_problems:
+        print("hosts:", file=stream)
+        for row in [HOST_COLUMNS, *rows]:
+            print("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip(), file=stream)
     for stage, findings in _by_stage(report):
+        why = _skip_reason(report, stage)
+        if why is not None:
+            if not only_problems:
+                print(f"\n{stage}: skipped: {printable(why)}", file=stream)
+            continue
+        shown = _shown(findings, only_problems)
+        blocks = [] if only_problems else report.text_blocks.get(stage, [])
+        if not shown and not blocks:
+            continue
         print(f"\n{stage}:", file=stream)
-        for f in findings:
+        for f in shown:
+            status = _paint(f"{f.status.value.upper():5}", _STYLE[f.status], color)
             print(
-                f"  {f.status.value.upper():5}  {printable(f.id):26}  {_hosts_cell(f, total):18}"
+                f"  {status}  {printable(f.id):26}  {_hosts_cell(f, total):18}"
                 f"  {printable(f.message)}",
                 file=stream,
             )
             if f.remedy and f.status not in (Status.OK, Status.SKIP):
                 print(f"  {'':5}  {'':26}  remedy: {printable(f.remedy)}", file=stream)
-        for line in report.text_blocks.get(stage, []):
+        for line in blocks:
             print(f"  {printable(line)}", file=stream)
-    for stage, why in skipped_without_findings(report):
-        print(f"\n{stage}: skipped: {printable(why)}", file=stream)
-    print("\n" + _summary(report), file=stream)
+    if only_problems:
+        print("\n" + hidden_line(report), file=stream)
+    print("\n" + _paint(_summary(report), _VERDICT_STYLE[report.verdict], color), file=stream)
 
 
-def render_rich(report: Report, stream: IO[str]) -> None:
+def render_rich(
+    report: Report, stream: IO[str], *, color: bool = True, only_problems: bool = False
+) -> None:
+    """Tables for a terminal; `color` (NO_COLOR, FORCE_COLOR) changes the colour only."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=stream, highlight=False)
+    console = Console(
+        file=stream, highlight=False, force_terminal=True, color_system="auto" if color else None
+    )
     total = len(report.hosts)
     hosts = Table(title="hosts", title_justify="left", show_edge=False, pad_edge=False)
     for column in HOST_COLUMNS:
         hosts.add_column(column)
-    for row in host_rows(report):
+    rows = [r for r in host_rows(report) if not only_problems or r[2] != "ok"]
+    for row in rows:
         hosts.add_row(*map(escape, row), style=None if row[2] == "ok" else "bold magenta")
-    console.print(hosts)
+    if rows or not only_problems:
+        console.print(hosts)
     for stage, findings in _by_stage(report):
+        why = _skip_reason(report, stage)
+        if why is not None:
+            if not only_problems:
+                console.print(f"\n[dim]{stage}: skipped: {escape(printable(why))}[/dim]")
+            continue
+        shown = _shown(findings, only_problems)
+        blocks = [] if only_problems else report.text_blocks.get(stage, [])
+        if not shown and not blocks:
+            continue
         table = Table(
             title=stage, title_justify="left", show_edge=False, pad_edge=False, expand=False
         )
@@ -137,7 +204,7 @@ def render_rich(report: Report, stream: IO[str]) -> None:
         table.add_column("check", no_wrap=True)
         table.add_column("hosts")
         table.add_column("detail", overflow="fold")
-        for f in findings:
+        for f in shown:
             detail = escape(printable(f.message))
             if f.remedy and f.status not in (Status.OK, Status.SKIP):
                 detail += f"\n[cyan]remedy:[/cyan] {escape(printable(f.remedy))}"
@@ -149,8 +216,8 @@ def render_rich(report: Report, stream: IO[str]) -> None:
             )
         console.print()
         console.print(table)
-        for line in report.text_blocks.get(stage, []):
+        for line in blocks:
             console.print("  " + printable(line), markup=False, highlight=False)
-    for stage, why in skipped_without_findings(report):
-        console.print(f"\n[dim]{stage}: skipped: {escape(printable(why))}[/dim]")
+    if only_problems:
+        console.print("\n" + escape(hidden_line(report)))
     console.print(f"\n[{_VERDICT_STYLE[report.verdict]}]{_summary(report)}[/]")

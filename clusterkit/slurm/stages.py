@@ -12,6 +12,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.stages.base import Stage, StageResult
 from clusterkit.stages.session import Session
 from clusterkit.transport.srun import SrunSession
+from clusterkit.words import counted
 
 
 class SrunConnectStage(Stage):
@@ -35,7 +36,8 @@ class SrunConnectStage(Stage):
                 Finding(
                     "host.reachable",
                     Status.OK,
-                    f"{len(hosts)} nodes from {self.source}, reached through srun steps in {job}",
+                    f"{counted(len(hosts), 'node')} from {self.source}, reached through srun steps "
+                    f"in {job}",
                     hosts=hosts,
                 )
             ]

@@ -7,6 +7,7 @@ from clusterkit.stages.base import Stage, StageResult
 from clusterkit.stages.session import Session
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
+from clusterkit.words import counted
 
 
 class ConnectStage(Stage):
@@ -64,7 +65,8 @@ def connection_findings(session: Session, key_notices: dict[str, str]) -> list[F
             Finding(
                 "host.reachable",
                 Status.OK,
-                f"{len(session.transports)} of {len(session.inventory.hosts)} hosts connected",
+                f"{len(session.transports)} of "
+                f"{counted(len(session.inventory.hosts), 'host')} connected",
                 hosts=list(session.transports),
             ),
         )

@@ -22,7 +22,8 @@ def run_stages(session: Session, stages: Iterable[Stage]) -> None:
             forks = session.options.forks
             session.workers = max(1, hosts) if stage.together or forks is None else forks
             if steps := stage.steps(session):
-                session.progress.phase(stage.name, steps)
+                order = [host.name for host in session.inventory.hosts]
+                session.progress.phase(stage.name, steps, order)
             result = stage.run(session)
             session.stages[stage.name] = "ran" if result.ran else "not run"
         record(session, stage.name, result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,13 +15,13 @@ from clusterkit.transport.base import Deadline, Transport
 class ProgressSink(Protocol):
     """Where stages report progress (clusterkit.report.progress.Progress, or nothing)."""
 
-    def phase(self, name: str, total: int) -> None: ...
+    def phase(self, name: str, total: int, order: Sequence[str] = ()) -> None: ...
 
     def done(self, host: str, problem: str | None = None) -> None: ...
 
 
 class NoProgress:
-    def phase(self, name: str, total: int) -> None:
+    def phase(self, name: str, total: int, order: Sequence[str] = ()) -> None:
         pass
 
     def done(self, host: str, problem: str | None = None) -> None:

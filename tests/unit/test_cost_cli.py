@@ -209,3 +209,16 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], words: str, tmp_path: Pat
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("clusterkit: error:") and words in lines[0]
+
+
+def test_no_prices_names_each_known_instance_once_in_catalog_order(capsys) -> None:
+    """The packaged catalog has an entry per region: the "known:" list used to repeat an
+    instance type once for each of its regions."""
+    from clusterkit.cost import catalog
+
+    status, _, err = run_main(["--nodes", "4", "--hours", "10", "--preempt-rate", "0.1"], capsys)
+    assert status == 2
+    known = err.split("known: ", 1)[1].rstrip().rstrip(")").split(", ")
+    instances = [entry.instance for entry in catalog.load().entries]
+    assert len(instances) > len(set(instances))  # the catalog does repeat names
+    assert known == list(dict.fromkeys(instances))

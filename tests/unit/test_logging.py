@@ -165,7 +165,7 @@ def test_a_failed_handshake_is_one_line_without_traceback(not_ssh: Path) -> None
     assert done.returncode == 3
     # neither paramiko's records nor its thread's traceback
     assert without_phase_lines(done.stderr) == []
-    assert re.search(r"^clusterkit: connect: 0 of 1 hosts ok in .*\(node1: ", done.stderr, re.M)
+    assert re.search(r"^clusterkit: connect: 0 of 1 host ok in .*\(node1: ", done.stderr, re.M)
     finding = next(f for f in json.loads(done.stdout)["findings"] if f["id"] == "host.reachable")
     assert "\n" not in finding["message"]
     assert "node1" in finding["message"] and "protocol banner" in finding["message"]

@@ -55,7 +55,7 @@ def small_report() -> Report:
     )
 
 
-def test_force_color_gives_the_rich_report_when_piped(
+def test_force_color_colours_the_report_when_piped(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
