@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -11,6 +13,7 @@ from clusterkit import __version__
 from clusterkit.completion import SHELLS
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
+from clusterkit.probe import PROBE_SECONDS
 from clusterkit.status import ExitStatus
 
 STAGES = ("network", "bench", "image")
@@ -22,9 +25,19 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.removeprefix("clusterkit").strip()  # main prints "clusterkit: "
-        raise UsageError(
-            f"{command}: {message}" if command else message, hint=f"see `{self.prog} --help`"
-        )
+        hint = self._suggestion(message) or f"see `{self.prog} --help`"
+        raise UsageError(f"{command}: {message}" if command else message, hint=hint)
+
+    def _suggestion(self, message: str) -> str | None:
+        """A "did you mean" for a mistyped command or step (`chek`), from this parser's own."""
+        for action in self._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                continue
+            typed = re.search(rf"argument {action.metavar}: invalid choice: '?([^' ]*)", message)
+            close = difflib.get_close_matches(typed.group(1), action.choices, n=1) if typed else []
+            if close:
+                return f"did you mean `{self.prog} {close[0]}`?"
+        return None
 
 
 def _stage_list(text: str) -> frozenset[str]:
@@ -42,6 +55,23 @@ class _AddStages(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         setattr(namespace, self.dest, frozenset(getattr(namespace, self.dest) or ()) | values)
+
+
+class _Deprecated(argparse.Action):
+    """An old spelling kept for one release: it still works, hidden from help and completion,
+    and says on stderr what replaces it."""
+
+    def __init__(self, option_strings, dest, replacement: str, value=None, **kwargs) -> None:
+        self.replacement, self.value = replacement, value
+        nargs = 0 if value is not None else None
+        super().__init__(option_strings, dest, nargs=nargs, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"clusterkit: warning: {option_string} is deprecated; use {self.replacement}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, self.value if self.value is not None else values)
 
 
 def _positive_int(text: str) -> int:
@@ -141,6 +171,17 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--output", "-o", default=None, metavar="FILE", help="write the report to FILE"
     )
+    _add_only_problems(group, short=True)
+
+
+def _add_only_problems(group: argparse._ArgumentGroup, *, short: bool) -> None:
+    flags = ("--only-problems", "-q") if short else ("--only-problems",)
+    group.add_argument(
+        *flags,
+        action="store_true",
+        help="text report: only failures, errors and warnings, and a count of the rest "
+        "(JSON and JUnit stay complete)",
+    )
 
 
 def _add_check(sub: argparse._SubParsersAction) -> None:
@@ -196,9 +237,9 @@ def _add_check_run_options(
     parser.add_argument(
         "--timeout",
         type=_positive_float,
-        default=60.0,
+        default=PROBE_SECONDS,
         metavar="SECONDS",
-        help="deadline for each host's probe (default: 60)",
+        help=f"deadline for each host's probe (default: {PROBE_SECONDS:g})",
     )
 
 
@@ -311,6 +352,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "bench",
         help="all-reduce bandwidth test on every node (nccl-tests compatible output)",
+        description="Run an all-reduce across every node of the inventory (torchrun, one rank "
+        "per GPU) and print nccl-tests style bus bandwidth per size; fail when the busbw at the "
+        "gate size is under --min-busbw. With --find-slow, groups of nodes are measured in "
+        "rounds to name a slow node. Exit status: 0 pass, 1 below the threshold or a rank "
+        "failed, 2 bad input, 3 a node could not run.",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
     # Defaults: the inventory's clusterkit.bench, else BenchSettings (shared with `check`).
@@ -337,7 +383,22 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         type=int,
         help=f"warmup iterations (default {BenchSettings.warmup_iters})",
     )
-    sweep.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check data")
+    sweep.add_argument(
+        "-c",
+        "--validate",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="verify the all-reduce results (nccl-tests -c; default 1)",
+    )
+    sweep.add_argument(
+        "--check",
+        dest="validate",
+        type=int,
+        choices=(0, 1),
+        action=_Deprecated,
+        replacement="--validate",
+    )
     sweep.add_argument(
         "-d", "--datatype", help=f"float, half, bfloat16, ... (default {BenchSettings.datatype})"
     )
@@ -410,7 +471,16 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
         "exact, hashed versions for the image's platform; write image.lock.json beside it.",
     )
     lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
-    lock.add_argument("--check", action="store_true", help="exit 1 when a lock is stale")
+    lock.add_argument(
+        "--fail-if-stale", action="store_true", help="write nothing; exit 1 when a lock is stale"
+    )
+    lock.add_argument(
+        "--check",
+        dest="fail_if_stale",
+        action=_Deprecated,
+        value=True,
+        replacement="--fail-if-stale",
+    )
     lock.add_argument(
         "--offline", action="store_true", help="take the base digest from the spec's pin"
     )
@@ -418,10 +488,20 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
         "render",
         help="generate the Dockerfile and pip files",
         description="Generate the Dockerfile and the hashed requirements file from the spec "
-        "and its lock; --check fails when the committed files differ from what it would write.",
+        "and its lock; --fail-if-stale fails when the committed files differ from what it would "
+        "write.",
     )
     render.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
-    render.add_argument("--check", action="store_true", help="exit 1 on drift")
+    render.add_argument(
+        "--fail-if-stale", action="store_true", help="write nothing; exit 1 on drift"
+    )
+    render.add_argument(
+        "--check",
+        dest="fail_if_stale",
+        action=_Deprecated,
+        value=True,
+        replacement="--fail-if-stale",
+    )
     for name, text, description in (
         (
             "build",
@@ -447,6 +527,9 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
         step.add_argument("--quiet", "-q", action="store_true", help="no progress output")
         if name != "verify":
             step.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
+    for name, step in steps.choices.items():
+        step.epilog = _examples_epilog(IMAGE_EXAMPLES[name])
+        step.formatter_class = _ExamplesFormatter
     build, push, verify = (steps.choices[name] for name in ("build", "push", "verify"))
     build.add_argument("--no-cache", action="store_true", help="ignore the layer cache")
     build.add_argument("--revision", help="org.opencontainers.image.revision (default: git)")
@@ -562,6 +645,8 @@ def cost_prices_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="clusterkit cost prices",
         description="Manage the price catalog that `clusterkit cost` reads.",
+        epilog=_examples_epilog(PRICES_EXAMPLES),
+        formatter_class=_ExamplesFormatter,
     )
     steps = parser.add_subparsers(dest="prices_command", metavar="STEP", parser_class=_Parser)
     update = steps.add_parser(
@@ -573,11 +658,7 @@ def cost_prices_parser() -> argparse.ArgumentParser:
         "dated and sourced) and write it. AWS spot prices need credentials and are kept; "
         "GCP has no keyless endpoint and is kept. Exit 3 when an endpoint cannot be reached "
         "before the deadline.",
-        epilog=EXAMPLES_HEADING
-        + "  clusterkit cost prices update\n"
-        + "  clusterkit cost prices update --provider azure -o prices.json\n"
-        + "  clusterkit cost --catalog prices.json --instance ND96isr_H100_v5 --region eastus "
-        + "--nodes 4 --hours 72 --preempt-rate 5%",
+        epilog=_examples_epilog(PRICES_EXAMPLES),
         formatter_class=_ExamplesFormatter,
     )
     update.add_argument(
@@ -630,13 +711,21 @@ def _add_provision(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("inventory", help="Ansible inventory (the one `check` reads)")
     parser.add_argument(
-        "--tags", default=None, metavar="TAG[,TAG]", help="only these roles (tags in README)"
+        "--tags",
+        default=None,
+        metavar="TAG[,TAG]",
+        help="only these roles (tags: playbooks/README.md)",
     )
     parser.add_argument("--skip-tags", default=None, metavar="TAG[,TAG]", help="not these roles")
     parser.add_argument(
         "--limit", default=None, metavar="HOSTS", help="only these hosts or groups, as ansible"
     )
-    parser.add_argument("--check", action="store_true", help="dry run: report, change nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="report what would change, change nothing"
+    )
+    parser.add_argument(
+        "--check", dest="dry_run", action=_Deprecated, value=True, replacement="--dry-run"
+    )
     parser.add_argument("--diff", action="store_true", help="show the changes to files")
     parser.add_argument(
         "--timeout",
@@ -696,6 +785,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
         help="write the check's report to FILE (--format picks json or junit)",
     )
     gate.add_argument("--format", choices=FORMATS, default="text", help="the check report format")
+    _add_only_problems(gate, short=False)
     job = parser.add_argument_group("job")
     job.add_argument(
         "--nproc-per-node",
@@ -804,7 +894,7 @@ EXAMPLES = {
         "--plot cost.png",
     ],
     "provision": [
-        "clusterkit provision inventory.yaml --check        # what would change",
+        "clusterkit provision inventory.yaml --dry-run      # what would change",
         "clusterkit provision inventory.yaml --tags firewall --limit node4",
     ],
     "completion": [
@@ -814,7 +904,42 @@ EXAMPLES = {
 }
 
 
+# `image STEP --help` and `cost prices --help` end with theirs too.
+IMAGE_EXAMPLES = {
+    "lock": [
+        "clusterkit image lock images/cpu-torch             # write image.lock.json",
+        "clusterkit image lock --fail-if-stale              # CI: every spec's lock is current",
+    ],
+    "render": [
+        "clusterkit image render images/cpu-torch           # write the Dockerfile",
+        "clusterkit image render --fail-if-stale            # CI: the committed files are current",
+    ],
+    "build": [
+        "clusterkit image build images/cpu-torch",
+        "clusterkit image build images/cpu-torch --no-cache --tag latest",
+    ],
+    "push": [
+        "clusterkit image push images/cpu-torch --digest-file digest.json",
+        "clusterkit image push images/cpu-torch --repository registry.example.com/ml/torch",
+    ],
+    "verify": [
+        "clusterkit image verify images/cpu-torch           # the spec-hash tag",
+        "clusterkit image verify images/cpu-torch --reference registry.example.com/ml/torch:2.5.1",
+    ],
+}
+PRICES_EXAMPLES = [
+    "clusterkit cost prices update",
+    "clusterkit cost prices update --provider azure -o prices.json",
+    "clusterkit cost --catalog prices.json --instance ND96isr_H100_v5 --region eastus "
+    "--nodes 4 --hours 72 --preempt-rate 5%",
+]
+
+
 EXAMPLES_HEADING = "examples:\n"
+
+
+def _examples_epilog(lines: list[str]) -> str:
+    return EXAMPLES_HEADING + "\n".join(f"  {line}" for line in lines)
 
 
 class _ExamplesFormatter(argparse.HelpFormatter):
@@ -830,7 +955,7 @@ def _add_examples(sub: argparse._SubParsersAction) -> None:
     for name, child in sub.choices.items():
         lines = EXAMPLES.get(name)
         if lines:
-            child.epilog = EXAMPLES_HEADING + "\n".join(f"  {line}" for line in lines)
+            child.epilog = _examples_epilog(lines)
             child.formatter_class = _ExamplesFormatter
 
 

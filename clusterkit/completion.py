@@ -9,10 +9,20 @@ import shlex
 SHELLS = ("bash", "zsh")
 
 
-def _words(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, argparse.ArgumentParser]]:
-    """(option strings and positional choices, subcommands) of one parser."""
+Grafts = dict[str, argparse.ArgumentParser]
+
+
+def _words(
+    parser: argparse.ArgumentParser, path: str = "", grafts: Grafts | None = None
+) -> tuple[list[str], dict[str, argparse.ArgumentParser]]:
+    """(option strings and positional choices, subcommands) of one parser; grafts add
+    commands parsed by a parser of their own ("cost prices")."""
     options: list[str] = []
-    children: dict[str, argparse.ArgumentParser] = {}
+    children: dict[str, argparse.ArgumentParser] = {
+        full.rpartition(" ")[2]: graft
+        for full, graft in (grafts or {}).items()
+        if full.rpartition(" ")[0] == path
+    }
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             children.update(action.choices)
@@ -23,33 +33,54 @@ def _words(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, argpar
     return options, children
 
 
-def _cases(parser: argparse.ArgumentParser, path: str) -> list[str]:
+def _cases(parser: argparse.ArgumentParser, path: str, grafts: Grafts) -> list[str]:
     """One `case` arm per command path ("check", "image build"): what may follow it."""
-    options, children = _words(parser)
+    options, children = _words(parser, path, grafts)
     words = " ".join(shlex.quote(word) for word in [*children, *options])
-    arms = [f"    {shlex.quote(path)}) words={shlex.quote(words)} ;;"]
+    arms = [f"      {shlex.quote(path)}) words={shlex.quote(words)} ;;"]
     for name, child in children.items():
-        arms += _cases(child, f"{path} {name}".strip())
+        arms += _cases(child, f"{path} {name}".strip(), grafts)
     return arms
 
 
-def script(parser: argparse.ArgumentParser, shell: str) -> str:
+def _value_cases(parser: argparse.ArgumentParser, path: str, grafts: Grafts) -> list[str]:
+    """One `case` arm per option with fixed values ("check --format"): those values."""
+    arms = []
+    for action in parser._actions:
+        if action.option_strings and action.choices and action.help is not argparse.SUPPRESS:
+            values = " ".join(shlex.quote(str(value)) for value in action.choices)
+            for option in action.option_strings:
+                arms.append(
+                    f"    {shlex.quote(f'{path} {option}')}) words={shlex.quote(values)} ;;"
+                )
+    for name, child in _words(parser, path, grafts)[1].items():
+        arms += _value_cases(child, f"{path} {name}".strip(), grafts)
+    return arms
+
+
+def script(parser: argparse.ArgumentParser, shell: str, grafts: Grafts | None = None) -> str:
     """The completion script for `shell`; zsh runs the bash one through bashcompinit."""
-    body = "\n".join(_cases(parser, ""))
+    grafts = grafts or {}
+    body = "\n".join(_cases(parser, "", grafts))
+    values = "\n".join(_value_cases(parser, "", grafts))
     bash = f"""# clusterkit completion for bash: eval "$(clusterkit completion bash)"
 _clusterkit() {{
-  local current=${{COMP_WORDS[COMP_CWORD]}} path="" word words
+  local current=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}} path="" word words
   local i
   for ((i = 1; i < COMP_CWORD; i++)); do
     word=${{COMP_WORDS[i]}}
     [[ $word == -* ]] && continue
     case "${{path:+$path }}$word" in
-{_known_paths(parser)}) path="${{path:+$path }}$word" ;;
+{_known_paths(parser, "", grafts)}) path="${{path:+$path }}$word" ;;
     esac
   done
-  case "$path" in
+  case "$path $prev" in
+{values}
+    *)
+      case "$path" in
 {body}
-    *) words="" ;;
+      *) words="" ;;
+      esac ;;
   esac
   COMPREPLY=($(compgen -W "$words" -- "$current"))
   [[ ${{#COMPREPLY[@]}} -eq 0 && $current != -* ]] && COMPREPLY=($(compgen -f -- "$current"))
@@ -65,14 +96,14 @@ complete -o filenames -F _clusterkit clusterkit
     )
 
 
-def _known_paths(parser: argparse.ArgumentParser, path: str = "") -> str:
+def _known_paths(parser: argparse.ArgumentParser, path: str, grafts: Grafts) -> str:
     """The command paths as one `case` pattern: "check|image|image build|..."."""
-    _, children = _words(parser)
+    _, children = _words(parser, path, grafts)
     paths: list[str] = []
     for name, child in children.items():
         full = f"{path} {name}".strip()
         paths.append(shlex.quote(full))
-        nested = _known_paths(child, full)
+        nested = _known_paths(child, full, grafts)
         if nested:
             paths.append(nested)
     return "|".join(paths)

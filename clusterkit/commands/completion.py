@@ -9,8 +9,13 @@ from clusterkit.completion import script
 from clusterkit.status import ExitStatus
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
-    from clusterkit.cli import build_parser
+def completion_script(shell: str) -> str:
+    """The whole command line's script, `cost prices` (a parser of its own) included."""
+    from clusterkit.cli import build_parser, cost_prices_parser
 
-    sys.stdout.write(script(build_parser(), args.shell))
+    return script(build_parser(), shell, {"cost prices": cost_prices_parser()})
+
+
+def run(args: argparse.Namespace) -> ExitStatus:
+    sys.stdout.write(completion_script(args.shell))
     return ExitStatus.PASSED

@@ -28,7 +28,7 @@ def _specs(args: argparse.Namespace) -> list[ImageSpec]:
 def _lock(args: argparse.Namespace) -> ExitStatus:
     status = ExitStatus.PASSED
     for spec in _specs(args):
-        if args.check:
+        if args.fail_if_stale:
             reason = lockmod.stale_reason(spec)
             if reason:
                 out.print(f"{spec.lock_path}: stale: {reason}", markup=False)
@@ -59,7 +59,7 @@ def _render(args: argparse.Namespace) -> ExitStatus:
         if reason:
             raise ConfigError(f"{spec.lock_path}: {reason}", hint="run `clusterkit image lock`")
         lock = lockmod.read_lock(spec)
-        if args.check:
+        if args.fail_if_stale:
             files = drifted(spec, lock)
             if files:
                 out.print(f"{spec.directory}: drifted: {', '.join(files)}", markup=False)

@@ -50,7 +50,7 @@ def plan(args: argparse.Namespace) -> PlaybookRun:
         tags=split_tags(args.tags, "--tags"),
         skip_tags=split_tags(args.skip_tags, "--skip-tags"),
         limit=args.limit,
-        check=args.check,
+        check=args.dry_run,
         diff=args.diff,
         extra=tuple(extra),
     )

@@ -31,7 +31,7 @@ def test_lock_pins_the_registry_digest_and_the_local_wheel(built_cpu_image: Buil
     assert torch["version"] == "2.13.0+cpu" and torch["source"] == "wheelhouse"
     assert lock["torch"]["cuda"] is None and lock["torch"]["nccl"] is None
     for step in ("lock", "render"):
-        done = clusterkit("image", step, "--check", str(built_cpu_image.spec_dir))
+        done = clusterkit("image", step, "--fail-if-stale", str(built_cpu_image.spec_dir))
         assert done.returncode == 0, done.stdout
 
 

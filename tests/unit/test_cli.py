@@ -38,6 +38,8 @@ def assert_usage_error(done: CliRun, *words: str) -> None:
         (["check", "--timeout", "soon"], ["--timeout"]),
         (["check", "--format", "yaml"], ["--format"]),
         (["check", "/nonexistent/inventory.yaml"], ["/nonexistent/inventory.yaml"]),
+        (["chek", "inventory.yaml"], ["'chek'", "did you mean `clusterkit check`?"]),
+        (["image", "bild"], ["'bild'", "did you mean `clusterkit image build`?"]),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(args: list[str], words: list[str]) -> None:

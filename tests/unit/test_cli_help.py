@@ -5,18 +5,23 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from clusterkit import cli
-from clusterkit.completion import script
+from clusterkit.commands.completion import completion_script
+from tests.support.cli import run_cli
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def example_argvs() -> list[list[str]]:
     """Every example of every command, as argv after `clusterkit` (comments and `eval`s out,
     `a && b` split)."""
     argvs = []
-    for lines in cli.EXAMPLES.values():
+    every = [*cli.EXAMPLES.values(), *cli.IMAGE_EXAMPLES.values(), cli.PRICES_EXAMPLES]
+    for lines in every:
         for line in lines:
             if line.startswith("eval "):
                 continue
@@ -52,6 +57,65 @@ def test_image_steps_have_descriptions() -> None:
         assert step.description and len(step.description) > 40, name
 
 
+@pytest.mark.parametrize(
+    ("argv", "last_example"),
+    [
+        *[(["image", step], lines[-1]) for step, lines in cli.IMAGE_EXAMPLES.items()],
+        (["cost", "prices"], cli.PRICES_EXAMPLES[-1]),
+        (["cost", "prices", "update"], cli.PRICES_EXAMPLES[-1]),
+    ],
+    ids=" ".join,
+)
+def test_image_steps_and_cost_prices_end_their_help_with_examples(
+    argv: list[str], last_example: str
+) -> None:
+    done = run_cli([*argv, "--help"])
+    assert done.status == 0, done.stderr
+    assert "\nexamples:\n" in done.stdout
+    assert done.stdout.rstrip().endswith(last_example)
+
+
+def test_bench_help_says_what_it_does() -> None:
+    done = run_cli(["bench", "--help"])
+    assert "all-reduce across every node" in done.stdout and "--min-busbw" in done.stdout
+
+
+def test_provision_help_points_to_where_the_tags_are() -> None:
+    done = run_cli(["provision", "--help"])
+    assert "playbooks/README.md" in " ".join(done.stdout.split())
+    tags = (REPO / "playbooks" / "README.md").read_text()
+    assert "--tags" in tags and "firewall" in tags
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value", "new"),
+    [
+        (["provision", "inv.yaml", "--check"], "dry_run", True, "--dry-run"),
+        (["image", "lock", "--check"], "fail_if_stale", True, "--fail-if-stale"),
+        (["image", "render", "--check"], "fail_if_stale", True, "--fail-if-stale"),
+        (["bench", "--check", "0"], "validate", 0, "--validate"),
+    ],
+)
+def test_old_check_spellings_still_work_and_say_what_replaces_them(
+    argv: list[str], dest: str, value: object, new: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert getattr(cli.parse(argv), dest) == value
+    assert f"--check is deprecated; use {new}" in capsys.readouterr().err
+    program = argv[0] if argv[0] != "image" else " ".join(argv[:2])
+    assert "--check " not in run_cli([*program.split(), "--help"]).stdout
+    assert (
+        getattr(cli.parse([*argv[:-1], new] if value is True else [argv[0], new, "0"]), dest)
+        == value
+    )
+
+
+def test_new_spellings_are_the_ones_help_shows() -> None:
+    assert cli.parse(["provision", "inv.yaml", "--dry-run"]).dry_run is True
+    assert cli.parse(["bench", "-c", "0"]).validate == 0
+    assert cli.parse(["bench"]).validate == 1
+    assert cli.parse(["image", "render"]).fail_if_stale is False
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(
     ("words", "expected"),
@@ -62,10 +126,18 @@ def test_image_steps_have_descriptions() -> None:
         (["check", "inventory.yaml", "--sk"], ["--skip"]),
         (["-v", "co"], ["completion", "cost"]),
         (["completion", "z"], ["zsh"]),
+        (["cost", "pr"], ["prices"]),
+        (["cost", "prices", "u"], ["update"]),
+        (["cost", "prices", "update", "--prov"], ["--provider"]),
+        (["cost", "prices", "update", "--provider", ""], ["aws", "azure"]),
+        (["check", "--format", ""], ["json", "junit", "text"]),
+        (["check", "inventory.yaml", "--format", "j"], ["json", "junit"]),
+        (["image", "lock", "--"], ["--fail-if-stale", "--help", "--offline", "--verbose"]),
+        (["provision", "inv.yaml", "--d"], ["--diff", "--dry-run"]),
     ],
 )
 def test_bash_completion(words: list[str], expected: list[str]) -> None:
-    program = script(cli.build_parser(), "bash") + (
+    program = completion_script("bash") + (
         f"COMP_WORDS=(clusterkit {shlex.join(words)}); COMP_CWORD={len(words)}\n"
         '_clusterkit; printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
@@ -75,7 +147,8 @@ def test_bash_completion(words: list[str], expected: list[str]) -> None:
 
 
 def test_zsh_script_loads_bashcompinit() -> None:
-    text = script(cli.build_parser(), "zsh")
+    text = completion_script("zsh")
+    assert "'cost prices'" in text
     assert "bashcompinit" in text and "complete -o filenames -F _clusterkit clusterkit" in text
 
 

@@ -1,5 +1,6 @@
 """The generated Dockerfiles and the images workflow pass real linters (hadolint, actionlint),
-and `lock --check` / `render --check` catch a stale lock and a drifted Dockerfile."""
+and `lock --fail-if-stale` / `render --fail-if-stale` catch a stale lock and a drifted
+Dockerfile."""
 
 from __future__ import annotations
 
@@ -100,8 +101,8 @@ def test_images_workflow_order():
     order = [
         text.index(step)
         for step in (
-            "clusterkit image lock --check",
-            "clusterkit image render --check",
+            "clusterkit image lock --fail-if-stale",
+            "clusterkit image render --fail-if-stale",
             "image build",
             "image verify",
             "image push",
@@ -130,29 +131,29 @@ def spec_copy(tmp_path: Path) -> Path:
 
 
 def test_check_passes_on_the_shipped_specs():
-    assert _cli("lock", "--check").status == 0
-    assert _cli("render", "--check").status == 0
+    assert _cli("lock", "--fail-if-stale").status == 0
+    assert _cli("render", "--fail-if-stale").status == 0
 
 
 def test_lock_check_fails_on_a_stale_lock(spec_copy: Path):
     spec = spec_copy / "image.yaml"
     spec.write_text(spec.read_text().replace("numpy==1.26.4", "numpy==2.1.0"))
-    done = _cli("lock", "--check", str(spec_copy))
+    done = _cli("lock", "--fail-if-stale", str(spec_copy))
     assert done.status == 1 and "stale: the spec changed" in done.stdout
 
 
 def test_render_check_fails_on_a_drifted_dockerfile(spec_copy: Path):
     dockerfile = spec_copy / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN pip install --upgrade torch\n")
-    done = _cli("render", "--check", str(spec_copy))
+    done = _cli("render", "--fail-if-stale", str(spec_copy))
     assert done.status == 1 and "drifted: Dockerfile" in done.stdout
     assert _cli("render", str(spec_copy)).status == 0
-    assert _cli("render", "--check", str(spec_copy)).status == 0
+    assert _cli("render", "--fail-if-stale", str(spec_copy)).status == 0
 
 
 def test_bad_spec_is_one_line_and_exit_2(spec_copy: Path):
     spec = spec_copy / "image.yaml"
     spec.write_text(spec.read_text().replace("variant: cu124", "variant: rocm"))
-    done = _cli("lock", "--check", str(spec_copy))
+    done = _cli("lock", "--fail-if-stale", str(spec_copy))
     assert done.status == 2
     assert done.stderr.count("\n") == 1 and "torch.variant" in done.stderr

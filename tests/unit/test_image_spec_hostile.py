@@ -174,7 +174,7 @@ def test_cli_bad_spec_is_one_line_exit_2(tmp_path: Path, text: str, words: str) 
     key = text.split(":")[0]
     original.pop(key, None)
     (folder / "image.yaml").write_text(yaml.safe_dump(original, sort_keys=False) + text)
-    done = run_cli(["image", "render", "--check", str(folder)], cwd=REPO)
+    done = run_cli(["image", "render", "--fail-if-stale", str(folder)], cwd=REPO)
     assert done.status == 2, done.stdout + done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr

@@ -303,6 +303,8 @@ def test_example_inventory_loads() -> None:
     assert {host.proxy_jump for host in inventory.hosts} == {"ops@bastion.example.com"}
     assert inventory.settings.expect.gpus_per_node == 8
     assert inventory.host("gpu-b02").port == 2222
+    # Its comment says templates are rendered: one is, as Ansible would.
+    assert inventory.host("gpu-a02").address == "gpu-a02.fabric.example.com"
 
 
 def test_a_thousand_hosts_load_well_under_a_second(tmp_path: Path) -> None:
