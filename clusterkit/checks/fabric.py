@@ -7,6 +7,12 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from clusterkit.checks.links import (
+    ib_port_findings,
+    inactive_links,
+    nvlink_down_evidence,
+    nvlink_error_findings,
+)
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, majority, parity_finding, section
 from clusterkit.provision.remedy import provision_command
@@ -49,6 +55,8 @@ def fabric_findings(facts: Facts, image: str | None, inventory_path: str | None)
             {h: v for h, f in facts.items() if (v := infiniband_value(f)) is not None},
         ),
         _links_down(facts),
+        *nvlink_error_findings(facts),
+        *ib_port_findings(facts),
     ]
     if image:
         findings.append(_container_toolkit(facts, inventory_path))
@@ -56,36 +64,23 @@ def fabric_findings(facts: Facts, image: str | None, inventory_path: str | None)
 
 
 def _links_down(facts: Facts) -> Finding:
-    """fabric.nvlink-down: on a node, a GPU with fewer active links than its peers."""
-    down: dict[str, str] = {}
-    checked = []
-    for host, f in facts.items():
-        nvlink = section(f, "nvlink")
-        active = nvlink.get("active_links") or []
-        if not active or not max(active):
-            continue
-        checked.append(host)
-        most = max(active)
-        weak = [
-            f"GPU {gpu.get('index')}: {count} of {most}"
-            for gpu, count in zip(nvlink.get("gpus") or [], active)
-            if count < most
-        ]
-        if weak:
-            down[host] = "active links " + ", ".join(weak)
+    """fabric.nvlink-down: a link `<inactive>` where a peer has it up (links.inactive_links)."""
+    checked = [h for h, f in facts.items() if max(section(f, "nvlink").get("active_links") or [0])]
     if not checked:
         return Finding("fabric.nvlink-down", Status.SKIP, "not checked: no node reports NVLink")
+    down = {host: nvlink_down_evidence(facts, host, links)
+            for host, links in inactive_links(facts).items()}  # fmt: skip
     return over_hosts(
         "fabric.nvlink-down",
         down,
-        checked,
-        status=Status.WARN,
-        ok="every GPU of a node has as many active NVLink links as its peers",
+        sorted(set(checked) | set(down), key=list(facts).index),
+        ok="every NVLink link that is up on its peers is up on every GPU",
         failed="NVLink links down (traffic takes the remaining links or PCIe: slower "
         "all-reduce, NCCL may hang on some topologies): "
         + "; ".join(f"{h}: {why}" for h, why in down.items()),
-        remedy="nvidia-smi nvlink -e for error counters; reset the GPUs or drain the node "
-        "(a reseat or an NVSwitch/fabric manager fault)",
+        remedy="nvidia-smi nvlink -e for error counters; check the fabric manager "
+        "(`systemctl status nvidia-fabricmanager`) when every link of a node is down; reset the "
+        "GPUs or drain the node (a reseat or an NVSwitch fault)",
     )
 
 

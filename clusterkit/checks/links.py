@@ -1,0 +1,212 @@
+"""Link health inside and between nodes: NVLink links down and their error counters, and
+InfiniBand/RoCE ports down, slow or erroring. Each problem names the host, the GPU or HCA,
+the link or port and the counter. Pure functions over the probe's facts.
+
+The counters run since the driver loaded (or were last cleared): one reading gives a count,
+not a rate, so small counts warn and only the ones that mean corrupted data or a dead link
+fail. Bounds and their sources are in docs/checks.md."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from clusterkit.checks.gpu_health import gpu_label
+from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.parity import Facts, majority, section
+
+# More CRC errors on one link than this fails: DCGM's health watch fails NVLink CRC errors
+# at 100 per second and warns below; without a rate, 100 since the driver loaded is the bound.
+NVLINK_CRC_FAIL = 100
+# Counters on an InfiniBand port above these warn (since the driver loaded): one link drop is
+# a switch reboot or a reseat, more is a flapping link; a few symbol errors happen on any
+# long high-speed link, more mean a marginal cable or transceiver.
+IB_COUNTER_WARN = {"link_downed": 1, "symbol_error": 10, "link_error_recovery": 10,
+                   "port_rcv_errors": 10}  # fmt: skip
+
+Problem = tuple[Status, str, str, str]  # status, host, evidence, action
+
+
+def _graded(
+    check_id: str, checked: list[str], problems: list[Problem], *, what: str, ok: str
+) -> list[Finding]:
+    """One finding per status found (fail and warn hosts apart), else one OK."""
+    if not problems:
+        return [over_hosts(check_id, {}, checked, ok=ok, failed="")]
+    findings = []
+    for status in (Status.FAIL, Status.WARN):
+        mine = [p for p in problems if p[0] is status]
+        if not mine:
+            continue
+        bad: dict[str, str] = {}
+        for _, host, evidence, _ in mine:
+            bad[host] = f"{bad[host]}; {evidence}" if host in bad else evidence
+        failed = f"{what}: " + "; ".join(f"{host}: {why}" for host, why in bad.items())
+        remedy = "; ".join(dict.fromkeys(f"{host} {action}" for _, host, _, action in mine))
+        findings.append(
+            over_hosts(check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy)
+        )
+    return findings
+
+
+# -- NVLink ---------------------------------------------------------------------------------
+
+
+def _gpu_name(host_facts: Mapping[str, Any], index: Any) -> str:
+    """'GPU 3 (bus id, serial)' from nvidia-smi's query when it lists the index."""
+    for gpu in section(host_facts, "gpus").get("devices") or []:
+        if isinstance(gpu, dict) and str(gpu.get("index")) == str(index):
+            return gpu_label(gpu)
+    return f"GPU {index}"
+
+
+def _nvlink_gpus(host_facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [g for g in section(host_facts, "nvlink").get("gpus") or [] if isinstance(g, dict)]
+
+
+def _active(gpu: Mapping[str, Any], link: int) -> bool:
+    links = gpu.get("links") or []
+    return link < len(links) and bool(links[link])
+
+
+def inactive_links(facts: Facts) -> dict[str, dict[str, list[int]]]:
+    """host -> {GPU index: links `<inactive>` where a peer has them up}: another GPU of the
+    node, or the same GPU on most other NVLink nodes (a node whose fabric manager is down
+    shows every link inactive)."""
+    nvlink_hosts = [h for h, f in facts.items() if any(g.get("links") for g in _nvlink_gpus(f))]
+    up_somewhere = [h for h in nvlink_hosts if any(section(facts[h], "nvlink").get("active_links")
+                                                   or [])]  # fmt: skip
+    if not up_somewhere:
+        return {}
+    down: dict[str, dict[str, list[int]]] = {}
+    for host in nvlink_hosts:
+        gpus = _nvlink_gpus(facts[host])
+        others = [_nvlink_gpus(facts[h]) for h in nvlink_hosts if h != host]
+        for position, gpu in enumerate(gpus):
+            links = []
+            for link, speed in enumerate(gpu.get("links") or []):
+                if speed:
+                    continue
+                on_node = any(_active(g, link) for g in gpus if g is not gpu)
+                same = [o[position] for o in others if position < len(o)]
+                elsewhere = sum(_active(g, link) for g in same) * 2 > len(same) > 0
+                if on_node or elsewhere:
+                    links.append(link)
+            if links:
+                down.setdefault(host, {})[str(gpu.get("index"))] = links
+    return down
+
+
+def nvlink_down_evidence(facts: Facts, host: str, gpu_links: Mapping[str, list[int]]) -> str:
+    """'GPU 2: 16 of 18 active, links 16, 17 inactive' for each GPU of the host."""
+    parts = []
+    for gpu in _nvlink_gpus(facts[host]):
+        links = gpu_links.get(str(gpu.get("index")))
+        if links:
+            total = len(gpu.get("links") or [])
+            active = total - sum(1 for speed in gpu.get("links") or [] if not speed)
+            shown = ", ".join(str(n) for n in links)
+            parts.append(f"GPU {gpu.get('index')}: {active} of {total} active, links {shown} "
+                         "inactive")  # fmt: skip
+    return "; ".join(parts)
+
+
+def _nvlink_counter_problems(host: str, host_facts: Mapping[str, Any]) -> list[Problem]:
+    nvlink = section(host_facts, "nvlink")
+    problems: list[Problem] = []
+    if nvlink.get("errors_error"):
+        evidence = f"NVLink error counters unreadable: {nvlink['errors_error']}"
+        problems.append((Status.WARN, host, evidence, "run `nvidia-smi nvlink -e` by hand"))
+    for index, links in sorted((nvlink.get("errors") or {}).items(), key=lambda i: int(i[0])):
+        name = _gpu_name(host_facts, index)
+        for link, counters in sorted(links.items(), key=lambda item: int(item[0])):
+            for counter, count in sorted(counters.items()):
+                if not isinstance(count, int) or count <= 0:
+                    continue
+                status = (
+                    Status.FAIL if "crc" in counter and count > NVLINK_CRC_FAIL else Status.WARN
+                )
+                evidence = f"{name} link {link}: {count} {counter} errors"
+                action = (
+                    f"{name}: watch whether the count rises under load (`nvidia-smi nvlink -e "
+                    f"-i {index}`); reset the GPU (`nvidia-smi -r -i {index}`) or drain the node "
+                    "and open a support case if it does (a failing link ends in Xid 74)"
+                )
+                problems.append((status, host, evidence, action))
+    return problems
+
+
+def nvlink_error_findings(facts: Facts) -> list[Finding]:
+    """gpu.nvlink-errors: none when no node read NVLink error counters (no NVLink)."""
+    checked = [h for h, f in facts.items()
+               if {"errors", "errors_error"} & set(section(f, "nvlink"))]  # fmt: skip
+    if not checked:
+        return []
+    problems = [p for host in checked for p in _nvlink_counter_problems(host, facts[host])]
+    return _graded(
+        "gpu.nvlink-errors",
+        checked,
+        problems,
+        what="NVLink error counters",
+        ok="no NVLink link has replay, recovery or CRC errors",
+    )
+
+
+# -- InfiniBand ports -----------------------------------------------------------------------
+
+
+def _ports(host_facts: Mapping[str, Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+    for device in section(host_facts, "infiniband").get("devices") or []:
+        for port in device.get("ports") or [] if isinstance(device, dict) else []:
+            if isinstance(port, dict):
+                yield str(device.get("name")), str(port.get("port")), port
+
+
+def _is_up(port: Mapping[str, Any]) -> bool:
+    state = str(port.get("state") or "").upper()
+    return state == "ACTIVE" and port.get("phys_state") in (None, "LinkUp")
+
+
+def _port_problems(facts: Facts, host: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for hca, number, port in _ports(facts[host]):
+        where = f"{hca} port {number}"
+        peers = {h: p for h in facts if h != host
+                 for name, n, p in _ports(facts[h]) if (name, n) == (hca, number)}  # fmt: skip
+        action = (f"{where}: check the cable, transceiver and switch port (`ibstat {hca} "
+                  f"{number}`, `mlxlink -d {hca} -p {number}`) and the subnet manager")  # fmt: skip
+        if not _is_up(port):
+            unused = peers and sum(not _is_up(p) for p in peers.values()) * 2 >= len(peers)
+            if port.get("phys_state") != "Disabled" and not unused:
+                evidence = f"{where} {port.get('state')}/{port.get('phys_state')}"
+                problems.append((Status.FAIL, host, evidence, action))
+            continue
+        rates = {
+            h: p.get("rate_gbps") for h, p in peers.items() if _is_up(p) and p.get("rate_gbps")
+        }
+        usual = majority(rates) if rates else None
+        rate = port.get("rate_gbps")
+        if usual and rate and rate < usual:
+            evidence = f"{where} at {rate:g} Gb/s ({port.get('rate')}), its peers {usual:g} Gb/s"
+            problems.append((Status.FAIL, host, evidence, action))
+        counters = port.get("counters") or {}
+        high = [f"{name} {counters[name]}" for name, bound in IB_COUNTER_WARN.items()
+                if isinstance(counters.get(name), int) and counters[name] > bound]  # fmt: skip
+        if high:
+            problems.append((Status.WARN, host, f"{where}: {', '.join(high)}", action))
+    return problems
+
+
+def ib_port_findings(facts: Facts) -> list[Finding]:
+    """ib.port: none when no node has an RDMA port (/sys/class/infiniband is empty)."""
+    checked = [h for h, f in facts.items() if any(True for _ in _ports(f))]
+    if not checked:
+        return []
+    problems = [p for host in checked for p in _port_problems(facts, host)]
+    return _graded(
+        "ib.port",
+        checked,
+        problems,
+        what="InfiniBand/RoCE ports",
+        ok="every RDMA port in use is ACTIVE/LinkUp at its peers' rate with few link errors",
+    )
