@@ -169,9 +169,7 @@ def judge(
         fabric=gate.detect_fabric(options.facts) if options.facts else None,
         backend=str(result.get("backend")),
     )
-    verdict = gate.evaluate(result, threshold, options.gate_size)
-    result["gate"] = verdict.to_dict()
-    findings.append(gate.busbw_finding(verdict, hosts))
+    findings += collective_findings(result, threshold, options.gate_size, hosts)
     findings.append(gate.correctness_finding(result, hosts))
     optional = [gate.slow_rank_finding(result, options.gate_size)]
     logs = {run.host: gate.parse_nccl_log(split_nccl_logs(run.stderr)[1]) for run in runs}
@@ -183,6 +181,23 @@ def judge(
     optional.append(gate.debug_vars_finding(environments))
     findings += [finding for finding in optional if finding is not None]
     return findings, result
+
+
+def collective_findings(
+    result: dict[str, Any], threshold: gate.Threshold, gate_size: int | None, hosts: list[str]
+) -> list[Finding]:
+    """One busbw finding per collective measured, each against its own threshold (its
+    verdict lands in that collective's result as "gate")."""
+    findings = []
+    for one in [result, *result.get("more_collectives", [])]:
+        collective = gate.result_collective(one)
+        if one.get("unsupported") or not one.get("results"):
+            findings.append(gate.unsupported_finding(one, hosts))
+            continue
+        verdict = gate.evaluate(one, gate.collective_threshold(threshold, collective), gate_size)
+        one["gate"] = verdict.to_dict()
+        findings.append(gate.busbw_finding(verdict, hosts, collective))
+    return findings
 
 
 def failure_findings(

@@ -109,7 +109,9 @@ def find_slow_nodes(
         return not_run(reason, names)
     plan = pairing.schedule(len(names), options.find_slow_group, options.find_slow_rounds)
     size = options.find_slow_bytes or options.maxbytes
-    group_options = replace(options, minbytes=size, maxbytes=size, gate_size=None)
+    group_options = replace(
+        options, minbytes=size, maxbytes=size, gate_size=None, collectives=("all_reduce",)
+    )
     run_id = uuid.uuid4().hex[:12]
     started = time.monotonic()
     groups: list[GroupRun] = []

@@ -192,6 +192,25 @@ def resolve_threshold(
     return fabric_default(fabric)
 
 
+def collective_threshold(
+    threshold: Threshold, collective: str, table: dict[str, Any] | None = None
+) -> Threshold:
+    """The gate of one collective, derived from the all_reduce one: nccl-tests' busbw is
+    defined so that the same bottleneck link gives the same figure for all_reduce,
+    all_gather and reduce_scatter (factor 1); alltoall takes the table's factor."""
+    if collective == "all_reduce" or threshold.value is None:
+        return threshold
+    factors = (table or threshold_table()).get("collective_factors") or {}
+    factor = float((factors.get(collective) or {}).get("factor", 1.0))
+    if factor == 1.0:
+        return threshold
+    return Threshold(
+        round(threshold.value * factor, 4),
+        threshold.source,
+        f"{factor:g} x ({threshold.detail}) for {collective}",
+    )
+
+
 # --- verdict ------------------------------------------------------------------------------
 
 
@@ -237,11 +256,12 @@ def evaluate(
 ) -> Verdict:
     row = gate_row(result, gate_size)
     slowest = row.get("slowest") or {}
-    busbw = slowest.get("bus_bw", row["in_place"]["bus_bw"])
+    place = row.get("in_place") or row.get("out_of_place") or {}
+    busbw = slowest.get("bus_bw", place.get("bus_bw"))
     common = {
         "size": row["size"],
         "busbw": busbw,
-        "mean_busbw": row["in_place"]["bus_bw"],
+        "mean_busbw": place.get("bus_bw"),
         "slowest_rank": int(slowest.get("rank", 0)),
         "slowest_host": str(slowest.get("host", "")),
         "threshold": threshold,
@@ -272,12 +292,36 @@ def _wrong_elements(row: Mapping[str, Any]) -> int:
     return sum(max(0, (place or {}).get("nwrong") or 0) for place in places)
 
 
-def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
+def finding_id(collective: str) -> str:
+    """`bench.busbw` for all_reduce (as always), `bench.busbw-<collective>` for the others."""
+    return "bench.busbw" if collective == "all_reduce" else f"bench.busbw-{collective}"
+
+
+def result_collective(result: Mapping[str, Any]) -> str:
+    """The collective of one result, from nccl-tests' name (`all_gather_perf`)."""
+    name = str((result.get("config") or {}).get("collective") or "all_reduce_perf")
+    return name.removesuffix("_perf")
+
+
+def unsupported_finding(result: Mapping[str, Any], hosts: list[str]) -> Finding:
+    collective = result_collective(result)
+    return Finding(
+        finding_id(collective),
+        Status.SKIP,
+        f"not measured: {result.get('unsupported')}",
+        hosts=hosts,
+        remedy="run it with the nccl backend on GPUs, or a torch whose gloo has it",
+        stage=STAGE,
+    )
+
+
+def busbw_finding(verdict: Verdict, hosts: list[str], collective: str = "all_reduce") -> Finding:
+    check = finding_id(collective)
     size = _human_size(verdict.size)
     source = f"threshold {verdict.threshold.value} GB/s from {verdict.threshold.detail}"
     if verdict.busbw is None and verdict.passed is False:
         return Finding(
-            "bench.busbw",
+            check,
             Status.FAIL,
             verdict.reason or "bus bandwidth could not be measured",
             hosts=hosts,
@@ -290,7 +334,7 @@ def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
     if verdict.busbw is None or verdict.passed is None:
         measured = "" if verdict.busbw is None else f"{verdict.busbw:.3g} GB/s busbw at {size}; "
         return Finding(
-            "bench.busbw",
+            check,
             Status.SKIP if verdict.busbw is None else Status.OK,
             f"{measured}{verdict.reason}",
             hosts=hosts,
@@ -299,9 +343,9 @@ def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
         )
     where = f"slowest rank {verdict.slowest_rank} on {verdict.slowest_host}"
     if verdict.passed:
-        message = f"all_reduce busbw {verdict.busbw:.3g} GB/s at {size} ({where}); {source}"
+        message = f"{collective} busbw {verdict.busbw:.3g} GB/s at {size} ({where}); {source}"
         return Finding(
-            "bench.busbw",
+            check,
             Status.OK,
             message,
             hosts=hosts,
@@ -310,9 +354,9 @@ def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
             stage=STAGE,
         )
     return Finding(
-        "bench.busbw",
+        check,
         Status.FAIL,
-        f"all_reduce busbw {verdict.busbw:.3g} GB/s at {size} is below the {source} ({where})",
+        f"{collective} busbw {verdict.busbw:.3g} GB/s at {size} is below the {source} ({where})",
         hosts=[verdict.slowest_host] if verdict.slowest_host in hosts else hosts,
         expected=f">= {verdict.threshold.value}",
         found=round(verdict.busbw, 4),
@@ -323,18 +367,21 @@ def busbw_finding(verdict: Verdict, hosts: list[str]) -> Finding:
 
 
 def correctness_finding(result: Mapping[str, Any], hosts: list[str]) -> Finding:
-    wrong = [r for r in result["results"] if _wrong_elements(r) > 0]
+    """Wrong elements of every collective measured (one finding for the run)."""
+    measured = [one for one in [result, *result.get("more_collectives", [])] if one["results"]]
+    names = " and ".join(result_collective(one) for one in measured) or "all_reduce"
+    wrong = [(one, r) for one in measured for r in one["results"] if _wrong_elements(r) > 0]
     if not wrong:
         checked = result.get("config", {}).get("validation", 1)
         status = Status.OK if checked else Status.SKIP
-        text = "every all_reduce result was correct" if checked else "not checked (-c 0)"
+        text = f"every {names} result was correct" if checked else "not checked (-c 0)"
         return Finding("bench.correctness", status, text, hosts=hosts, stage=STAGE)
-    total = sum(_wrong_elements(r) for r in wrong)
-    sizes = ", ".join(_human_size(r["size"]) for r in wrong)
+    total = sum(_wrong_elements(r) for _, r in wrong)
+    sizes = ", ".join(f"{result_collective(one)} {_human_size(r['size'])}" for one, r in wrong)
     return Finding(
         "bench.correctness",
         Status.FAIL,
-        f"{total} wrong elements after all_reduce(sum) at {sizes}: data corruption in transit",
+        f"{total} wrong elements at {sizes}: data corruption in transit",
         hosts=hosts,
         expected=0,
         found=total,

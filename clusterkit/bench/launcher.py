@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any
 
 from clusterkit.bench.attribution import NodeRun, judge, split_nccl_logs
-from clusterkit.bench.nccltests import format_table
+from clusterkit.bench.nccltests import format_tables
 from clusterkit.bench.worker import parse_size
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
@@ -108,6 +108,7 @@ class BenchOptions:
     check: int = 1
     datatype: str = BenchSettings.datatype
     backend: str = "auto"
+    collectives: tuple[str, ...] = BenchSettings.collectives
     nproc_per_node: int | None = None  # None: expect.gpus_per_node, probe facts, else 1
     gate_size: int | None = None  # None: the largest size measured
     min_busbw: float | None = None  # None: NCCL_TESTS_MIN_BW, clusterkit.bench, fabric
@@ -145,6 +146,7 @@ class BenchOptions:
             "find_slow_rounds": settings.find_slow_rounds,
             "find_slow_seconds": settings.find_slow_seconds,
             "find_slow_status": settings.find_slow_status,
+            "collectives": settings.collectives,
             **{name: value for name, value in given.items() if value is not None},
         }
         return cls(**chosen)
@@ -220,6 +222,7 @@ def node_argv(
         "-b", options.minbytes, "-e", options.maxbytes, "-f", str(options.stepfactor),
         "-n", str(options.iters), "-w", str(options.warmup_iters), "-c", str(options.check),
         "-d", options.datatype, "--backend", options.backend,
+        "--collective", ",".join(options.collectives),
         "--expect-world-size", str(nodes * nproc),
         "--join-timeout", f"{options.join_timeout:g}", "--frame",
     ]  # fmt: skip
@@ -329,7 +332,7 @@ def launch_bench(
         plans[run.host] = (run_name, container, argv)
     interrupted = supervise(transports, [runs], plans, deadline)
     findings, result = judge(runs, inventory, options, world.nproc, deadline)
-    table = format_table(result) if result else ""
+    table = format_tables(result) if result else ""
     return BenchOutcome(
         findings, result, table, runs, run_id, time.monotonic() - started, interrupted
     )

@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clusterkit.bench.worker import format_table
+from clusterkit.bench.worker import format_table, format_tables
 
-__all__ = ["TableError", "format_table", "parse_json", "parse_table", "write_json"]
+__all__ = ["TableError", "format_table", "format_tables", "parse_json", "parse_table", "write_json"]
 
 _PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
 _NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
@@ -27,6 +27,7 @@ _DEVICE = re.compile(
 _CONFIG = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
 _KEYED = re.compile(r"(warmup iters|iters|agg iters|validation|graph):\s*(-?\d+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+_TITLE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _AVG = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({_NUMBER}|N/A|nan|inf)")
 
 
@@ -51,7 +52,8 @@ def _place(fields: tuple[str, ...]) -> dict[str, Any] | None:
 
 
 def parse_table(text: str) -> dict[str, Any]:
-    """Parse an all_reduce_perf report into {config, devices, results, average_bus_bandwidth,
+    """Parse one nccl-tests report (all_reduce_perf, all_gather_perf, ...; the title line
+    names it in config.collective) into {config, devices, results, average_bus_bandwidth,
     out_of_bounds}. Rows with a single place (nccl-tests built with one column) land in
     `in_place`. Raises TableError when no row is found."""
     config: dict[str, Any] = {}
@@ -61,7 +63,9 @@ def parse_table(text: str) -> dict[str, Any]:
     out_of_bounds: dict[str, Any] | None = None
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw).strip()
-        if match := _CONFIG.match(line):
+        if match := _TITLE.match(line):
+            config["collective"] = match[1]
+        elif match := _CONFIG.match(line):
             config.update(
                 nThread=int(match[1]), nGpus=int(match[2]), minBytes=int(match[3]),
                 maxBytes=int(match[4]),

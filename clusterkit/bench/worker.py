@@ -1,9 +1,10 @@
-"""All-reduce bandwidth worker: one rank of `clusterkit bench`, started by torchrun.
+"""Collective bandwidth worker: one rank of `clusterkit bench`, started by torchrun.
 
 This file is shipped alone to nodes that may not have clusterkit installed: it needs only
 torch and the standard library, runs as a script (`torchrun ... worker.py -b 1M -e 1G`) and
 is importable (`clusterkit.bench.worker`). It must stay Python 3.8 compatible: no runtime
-use of 3.10 syntax. Rank 0 prints the nccl-tests `all_reduce_perf` table on stdout and
+use of 3.10 syntax. Rank 0 prints one nccl-tests `<collective>_perf` table per collective
+(--collective all_reduce,all_gather,reduce_scatter,alltoall) on stdout and
 the result as JSON (between framing markers with --frame, into a file with -J).
 
 Methodology (see docs/bench.md): every size is warmed up, then timed with a host clock
@@ -95,16 +96,55 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: int, elem_bytes: int) -> 
     return sizes
 
 
-def bus_factor(ranks: int) -> float:
-    """all_reduce bus bandwidth factor 2(n-1)/n: 0 for one rank, which nccl-tests prints as
-    0.00 (the gate treats a one-rank run as "does not apply", see gate.evaluate)."""
-    return 2.0 * (ranks - 1) / ranks if ranks > 0 else 0.0
+# nccl-tests collectives: name -> (redop column, bus factor numerator k: busbw = algbw*k(n-1)/n)
+COLLECTIVES = {
+    "all_reduce": ("sum", 2),
+    "all_gather": ("none", 1),
+    "reduce_scatter": ("sum", 1),
+    "alltoall": ("none", 1),
+}
 
 
-def bandwidths(size_bytes: int, seconds: float, ranks: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9), as nccl-tests: algbw = S/t, busbw = algbw*2(n-1)/n."""
+def parse_collectives(text: str) -> list[str]:
+    """`all_reduce,all_gather` -> names in the order given, each once; ValueError names the
+    unknown one."""
+    names: list[str] = []
+    for part in str(text).split(","):
+        name = part.strip()
+        if name not in COLLECTIVES:
+            known = ", ".join(COLLECTIVES)
+            raise ValueError(f"unknown collective {name!r} (one or more of {known})")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def bus_factor(ranks: int, collective: str = "all_reduce") -> float:
+    """nccl-tests' bus bandwidth factor: 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
+    reduce_scatter and alltoall; 0 for one rank, which nccl-tests prints as 0.00 (the gate
+    treats a one-rank run as "does not apply", see gate.evaluate)."""
+    return COLLECTIVES[collective][1] * (ranks - 1) / ranks if ranks > 0 else 0.0
+
+
+def bandwidths(
+    size_bytes: int, seconds: float, ranks: int, collective: str = "all_reduce"
+) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9), as nccl-tests: algbw = S/t with S the size column (the
+    whole buffer: for all_gather, reduce_scatter and alltoall count per rank x n x element
+    bytes), busbw = algbw x bus_factor."""
     algbw = size_bytes / seconds / 1e9 if seconds > 0 else 0.0
-    return algbw, algbw * bus_factor(ranks)
+    return algbw, algbw * bus_factor(ranks, collective)
+
+
+def row_shape(size_bytes: int, elem_bytes: int, ranks: int, collective: str) -> tuple[int, int]:
+    """(size column, count column) of one nccl-tests row for a swept size: all_reduce keeps
+    size/elem elements; the others split them over the ranks (count per rank, at least one)
+    and print the whole buffer, count x n x element bytes, as nccl-tests' setupArgs does."""
+    count = max(1, size_bytes // elem_bytes)
+    if collective == "all_reduce":
+        return count * elem_bytes, count
+    per_rank = max(1, count // max(1, ranks))
+    return per_rank * max(1, ranks) * elem_bytes, per_rank
 
 
 # --- node-side plumbing -------------------------------------------------------------------
@@ -180,6 +220,13 @@ def _parse_barrier_failure(message: str) -> list[int]:
 # --- the benchmark ------------------------------------------------------------------------
 
 
+def _collectives_flag(text: str) -> list[str]:
+    try:
+        return parse_collectives(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clusterkit-bench-worker",
@@ -193,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-c", "--check", type=int, default=1, help="check correctness (0/1)")
     parser.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPES))
     parser.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    parser.add_argument(
+        "--collective",
+        default=["all_reduce"],
+        type=_collectives_flag,
+        help="NAME[,NAME...]: " + ", ".join(COLLECTIVES) + " (default all_reduce)",
+    )
     parser.add_argument(
         "--expect-world-size", type=int, default=None, help="nodes x GPUs; checked first"
     )
@@ -307,13 +360,116 @@ def _timed(torch, dist, backend, op, iters):
     return (time.perf_counter() - start) / iters
 
 
-def _wrong(torch, dist, backend, op, source, result, rank, expected, dtype):
-    """Elements of `result` that differ from n(n+1)/2 after reducing rank+1 everywhere."""
-    source.fill_(rank + 1)
+def _buffers(torch, collective, count, dtype, device, rank, ranks):
+    """The ops of one row, as nccl-tests lays out its buffers: {place: (op, fill, expect)}
+    and "buffers" (zeroed before each timed block: a sum of zeros stays finite).
+    `fill()` writes this rank's input (rank+1 in every element it sends), `expect()` counts
+    the wrong elements of the output afterwards. In place uses nccl-tests' offsets (the
+    input is this rank's slice of the output, or the reverse); alltoall has no in-place
+    block here (None: printed N/A)."""
+    zeros = lambda n: torch.zeros(n, dtype=dtype, device=device)  # noqa: E731
+    per = count
+    if collective == "all_reduce":
+        source, output = zeros(per), zeros(per)
+        total = ranks * (ranks + 1) // 2
+        return {
+            "buffers": (source, output),
+            "out_of_place": (
+                lambda: (output.copy_(source), dist_call("all_reduce", output)),
+                lambda: source.fill_(rank + 1),
+                lambda: _count_wrong(torch, output, [total]),
+            ),
+            "in_place": (
+                lambda: dist_call("all_reduce", source),
+                lambda: source.fill_(rank + 1),
+                lambda: _count_wrong(torch, source, [total]),
+            ),
+        }
+    if collective == "all_gather":
+        send, recv = zeros(per), zeros(per * ranks)
+        mine = recv.narrow(0, rank * per, per)
+        gathered = [r + 1 for r in range(ranks)]
+        return {
+            "buffers": (send, recv),
+            "out_of_place": (
+                lambda: dist_call("all_gather_into_tensor", recv, send),
+                lambda: send.fill_(rank + 1),
+                lambda: _count_wrong(torch, recv, gathered),
+            ),
+            "in_place": (
+                lambda: dist_call("all_gather_into_tensor", recv, mine),
+                lambda: (recv.zero_(), mine.fill_(rank + 1)),
+                lambda: _count_wrong(torch, recv, gathered),
+            ),
+        }
+    if collective == "reduce_scatter":
+        send, recv = zeros(per * ranks), zeros(per)
+        mine = send.narrow(0, rank * per, per)
+        total = ranks * (ranks + 1) // 2
+        return {
+            "buffers": (send, recv),
+            "out_of_place": (
+                lambda: dist_call("reduce_scatter_tensor", recv, send),
+                lambda: send.fill_(rank + 1),
+                lambda: _count_wrong(torch, recv, [total]),
+            ),
+            "in_place": (
+                lambda: dist_call("reduce_scatter_tensor", mine, send),
+                lambda: send.fill_(rank + 1),
+                lambda: _count_wrong(torch, mine, [total]),
+            ),
+        }
+    send, recv = zeros(per * ranks), zeros(per * ranks)
+    return {
+        "buffers": (send, recv),
+        "out_of_place": (
+            lambda: dist_call("all_to_all_single", recv, send),
+            lambda: send.fill_(rank + 1),
+            lambda: _count_wrong(torch, recv, [r + 1 for r in range(ranks)]),
+        ),
+        "in_place": None,
+    }
+
+
+_DIST = None  # torch.distributed, set by run(): the op lambdas above stay one line each
+
+
+def dist_call(name, *tensors):
+    return getattr(_DIST, name)(*tensors)
+
+
+def _count_wrong(torch, result, chunks: list) -> int:
+    """Elements of `result` that differ from its expected value: `chunks` holds one value
+    per equal slice (one value: the whole buffer)."""
+    parts = result.chunk(len(chunks)) if len(chunks) > 1 else [result]
+    wrong = 0
+    for part, value in zip(parts, chunks):
+        target = torch.tensor(value, device=result.device).to(result.dtype)
+        wrong += int((part != target).sum().item())
+    return wrong
+
+
+def _wrong(torch, backend, op, fill, expect) -> int:
+    fill()
     op()
     _synchronize(torch, backend)
-    target = torch.tensor(expected, device=result.device).to(dtype)
-    return int((result != target).sum().item())
+    return expect()
+
+
+def _supported(torch, dist, backend, op, group) -> str:
+    """ "" when every rank could run `op`, else why not: a backend without the collective
+    (older gloo has no reduce_scatter) raises on every rank; all ranks agree on it."""
+    reason = ""
+    try:
+        op()
+        _synchronize(torch, backend)
+    except (RuntimeError, NotImplementedError, AttributeError, ValueError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    flag = torch.tensor([1 if reason else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if flag.item() and not reason:
+        reason = "another rank could not run it"
+    return reason
 
 
 FILL_PROBE_OPS = 3  # timed to size a --fill window: few, so a slow group is not late to it
@@ -330,55 +486,59 @@ def _fill_iters(torch, dist, backend, op, iters, seconds, group):
     return int(wanted.item())
 
 
-def _measure(torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, group):
-    """Per size: warm up, then time and check the out-of-place and the in-place all_reduce.
+class Unsupported(Exception):
+    """The backend lacks this collective: reported, not a failure."""
+
+
+def _measure(
+    torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, group,
+    collective="all_reduce",
+):  # fmt: skip
+    """Per size: warm up, then time and check the out-of-place and the in-place collective.
     Returns this rank's {"out_of_place", "in_place"} -> (seconds per op, wrong elements),
-    one entry per size (wrong is -1 when not checked). With --fill each timed block runs as
-    many ops as fill that many seconds (see _fill_iters) instead of -n."""
+    one entry per size (wrong is -1 when not checked; a block that is not measured, like
+    alltoall in place, has no entries). With --fill each timed block runs as many ops as
+    fill that many seconds (see _fill_iters) instead of -n. Raises Unsupported."""
+    global _DIST
+    _DIST = dist
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
-    expected = world_size * (world_size + 1) // 2
     measured: dict[str, tuple[list[float], list[int]]] = {
         "out_of_place": ([], []),
         "in_place": ([], []),
     }
-    for size in sizes:
-        count = size // elem_bytes
-        source = torch.zeros(count, dtype=dtype, device=device)
-        output = torch.zeros(count, dtype=dtype, device=device)
-
-        def in_place(buffer=source):
-            dist.all_reduce(buffer)
-
-        def out_of_place(source=source, output=output):
-            output.copy_(source)
-            dist.all_reduce(output)
-
+    for index, size in enumerate(sizes):
+        count = row_shape(size, elem_bytes, world_size, collective)[1]
+        blocks = _buffers(torch, collective, count, dtype, device, rank, world_size)
+        first = blocks["out_of_place"][0]
+        if index == 0:
+            reason = _supported(torch, dist, backend, first, group)
+            if reason:
+                raise Unsupported(reason)
         for _ in range(args.warmup_iters):
-            in_place()
-        for place, op, result in (
-            ("out_of_place", out_of_place, output),
-            ("in_place", in_place, source),
-        ):
+            first()
+        for place in ("out_of_place", "in_place"):
+            block = blocks[place]
+            if block is None:
+                continue
+            op, fill, expect = block
             times, wrong = measured[place]
-            source.zero_()  # a sum of zeros stays finite however many ops run
+            for buffer in blocks["buffers"]:
+                buffer.zero_()
             iters = args.iters
             if args.fill:
                 iters = _fill_iters(torch, dist, backend, op, iters, args.fill, group)
             times.append(_timed(torch, dist, backend, op, iters))
-            if args.check:
-                wrong.append(
-                    _wrong(torch, dist, backend, op, source, result, rank, expected, dtype)
-                )
-            else:
-                wrong.append(-1)
-        del source, output
+            wrong.append(_wrong(torch, backend, op, fill, expect) if args.check else -1)
+        del blocks, first
     return measured
 
 
-def _place(size: int, times: list[float], wrongs: list[int], world_size: int) -> dict:
+def _place(
+    size: int, times: list[float], wrongs: list[int], world_size: int, collective: str
+) -> dict:
     """One block of an nccl-tests row: the ranks' mean time (nccl-tests' default -a 1)."""
     mean_time = sum(times) / len(times)
-    algbw, busbw = bandwidths(size, mean_time, world_size)
+    algbw, busbw = bandwidths(size, mean_time, world_size, collective)
     nwrong = -1 if any(w < 0 for w in wrongs) else sum(wrongs)
     return {"time": mean_time * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": nwrong}
 
@@ -393,33 +553,37 @@ def summarise(
     devices: list[dict],
     per_rank_oop_times: list[list[float]] | None = None,
     per_rank_oop_wrong: list[list[int]] | None = None,
+    collective: str = "all_reduce",
 ) -> list[dict]:
-    """One nccl-tests JSON result per size, with the slowest rank's view (in place) added.
-    per_rank_*: [rank][size] seconds per op and wrong elements, in place; the out-of-place
-    pair likewise (out_of_place is None when it was not measured)."""
+    """One nccl-tests JSON result per swept size, with the slowest rank's view added (of the
+    in-place block, or out of place where in place is not measured: alltoall).
+    per_rank_*: [rank][size] seconds per op and wrong elements, in place (empty rows: not
+    measured); the out-of-place pair likewise (None when it was not measured)."""
     results = []
-    for index, size in enumerate(sizes):
-        times = [rank_times[index] for rank_times in per_rank_times]
-        slowest = max(range(len(times)), key=lambda r: times[r])
-        slow_algbw, slow_busbw = bandwidths(size, times[slowest], world_size)
-        wrongs = [rank_wrong[index] for rank_wrong in per_rank_wrong]
-        out_of_place = None
+    for index, swept in enumerate(sizes):
+        size, count = row_shape(swept, elem_bytes, world_size, collective)
+        in_place = out_of_place = None
+        if per_rank_times and all(len(rank_times) > index for rank_times in per_rank_times):
+            times = [rank_times[index] for rank_times in per_rank_times]
+            wrongs = [rank_wrong[index] for rank_wrong in per_rank_wrong]
+            in_place = _place(size, times, wrongs, world_size, collective)
         if per_rank_oop_times is not None and per_rank_oop_wrong is not None:
-            out_of_place = _place(
-                size,
-                [rank_times[index] for rank_times in per_rank_oop_times],
-                [rank_wrong[index] for rank_wrong in per_rank_oop_wrong],
-                world_size,
-            )
+            oop_times = [rank_times[index] for rank_times in per_rank_oop_times]
+            oop_wrongs = [rank_wrong[index] for rank_wrong in per_rank_oop_wrong]
+            out_of_place = _place(size, oop_times, oop_wrongs, world_size, collective)
+            if in_place is None:
+                times = oop_times
+        slowest = max(range(len(times)), key=lambda r: times[r])
+        slow_algbw, slow_busbw = bandwidths(size, times[slowest], world_size, collective)
         results.append(
             {
                 "size": size,
-                "count": size // elem_bytes,
+                "count": count,
                 "type": datatype,
-                "redop": "sum",
+                "redop": COLLECTIVES[collective][0],
                 "root": -1,
                 "out_of_place": out_of_place,
-                "in_place": _place(size, times, wrongs, world_size),
+                "in_place": in_place,
                 "slowest": {
                     "rank": slowest,
                     "host": devices[slowest]["host"],
@@ -449,16 +613,20 @@ def run(argv: list[str] | None = None) -> dict | None:
     _write_pid(args.run_dir, rank)
     _check_world_size(world_size, args.expect_world_size)
 
+    import warnings
+
     import torch
     import torch.distributed as dist
 
+    # torch 2.10+ renames all_gather_into_tensor/reduce_scatter_tensor; the old names still
+    # work on every torch this supports, so their deprecation notice is noise here.
+    warnings.filterwarnings("ignore", category=FutureWarning, message=".*is deprecated.*")
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     host = socket.gethostname()
-    started = time.time()
     control = _join(dist, backend, rank, world_size, args.join_timeout)
     _log(f"rank {rank} joined on {host} (world size {world_size}, backend {backend})")
 
@@ -466,31 +634,53 @@ def run(argv: list[str] | None = None) -> dict | None:
     devices = _gather_json(torch, dist, me, world_size, control)
     if args.barrier_dir:
         _await_go(dist, control, rank, args.barrier_dir, args.barrier_timeout)
-    try:
-        dtype = getattr(torch, torch_name)
-        measured = _measure(
-            torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, control
-        )
-    except RuntimeError as error:
-        raise BenchError("rank-failed", f"rank {rank} on {host}: {error}") from None
-    gathered = _gather_json(torch, dist, measured, world_size, control)
+    dtype = getattr(torch, torch_name)
+    results = []
+    for collective in args.collective:
+        begun = time.time()
+        try:
+            measured = _measure(
+                torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, control,
+                collective,
+            )  # fmt: skip
+            unsupported = ""
+        except Unsupported as why:
+            measured, unsupported = {}, str(why)
+        except RuntimeError as error:
+            raise BenchError("rank-failed", f"rank {rank} on {host}: {error}") from None
+        gathered = _gather_json(torch, dist, measured, world_size, control)
+        if rank == 0:
+            context = (sizes, args, elem_bytes, world_size, devices, backend, torch, begun)
+            results.append(_collective_result(collective, gathered, unsupported, context))
     dist.destroy_process_group()
     if rank != 0:
         return None
-    results = summarise(
-        sizes,
-        args.datatype,
-        elem_bytes,
-        world_size,
-        [entry["in_place"][0] for entry in gathered],
-        [entry["in_place"][1] for entry in gathered],
-        devices,
-        [entry["out_of_place"][0] for entry in gathered],
-        [entry["out_of_place"][1] for entry in gathered],
-    )
-    return {
+    first = dict(results[0])
+    if len(results) > 1:
+        first["more_collectives"] = results[1:]
+    return first
+
+
+def _collective_result(collective: str, gathered: list, unsupported: str, context) -> dict:
+    """Rank 0's nccl-tests JSON for one collective (`unsupported`: why it has no rows)."""
+    sizes, args, elem_bytes, world_size, devices, backend, torch, begun = context
+    results: list[dict] = []
+    if not unsupported:
+        results = summarise(
+            sizes,
+            args.datatype,
+            elem_bytes,
+            world_size,
+            [entry["in_place"][0] for entry in gathered],
+            [entry["in_place"][1] for entry in gathered],
+            devices,
+            [entry["out_of_place"][0] for entry in gathered],
+            [entry["out_of_place"][1] for entry in gathered],
+            collective,
+        )
+    result = {
         "config": {
-            "collective": "all_reduce_perf",
+            "collective": f"{collective}_perf",
             "minBytes": sizes[0],
             "maxBytes": sizes[-1],
             "stepFactor": args.stepfactor,
@@ -499,10 +689,10 @@ def run(argv: list[str] | None = None) -> dict | None:
             "aggIters": 1,
             "validation": args.check,
             "datatype": args.datatype,
-            "op": "sum",
+            "op": COLLECTIVES[collective][0],
             "nThread": 1,
             "nGpus": 1,
-            "out_of_place": "input copied into a separate output buffer, then reduced",
+            "out_of_place": "separate input and output buffers",
             "fill_seconds": args.fill or None,
         },
         "devices": devices,
@@ -511,10 +701,13 @@ def run(argv: list[str] | None = None) -> dict | None:
         "world_size": world_size,
         "backend": backend,
         "versions": _versions(torch),
-        "started": started,
-        "duration_s": time.time() - started,
+        "started": begun,
+        "duration_s": time.time() - begun,
         "timing": f"host clock around {args.iters} back-to-back ops, then device synchronize",
     }
+    if unsupported:
+        result["unsupported"] = f"{collective} is not supported by {backend}: {unsupported}"
+    return result
 
 
 def _average_busbw(results: list[dict]) -> float | None:
@@ -574,15 +767,27 @@ def _fmt_place(place: dict | None) -> str:
     return f"  {time_}  {algbw}  {busbw}  {wrong:>6}"
 
 
+def collective_results(result: dict) -> list:
+    """Every collective's result of a run: the first is the top-level one."""
+    return [result, *result.get("more_collectives", [])]
+
+
+def format_tables(result: dict) -> str:
+    """One nccl-tests report per collective measured, one after the other, as a script
+    running all_reduce_perf then all_gather_perf prints them."""
+    return "".join(format_table(one) for one in collective_results(result))
+
+
 def format_table(result: dict) -> str:
-    """The nccl-tests all_reduce_perf report for a result dict (worker JSON)."""
+    """The nccl-tests `<collective>_perf` report of one collective's result (worker JSON)."""
     config = result["config"]
+    title = config.get("collective") or "all_reduce_perf"
     versions = result.get("versions", {})
     lines = [
         f"# nccl-tests compatible output: clusterkit bench {VERSION}, "
         f"torch {versions.get('torch')}, backend {result.get('backend')}, "
         f"nccl {versions.get('nccl') or 'n/a'}",
-        "# Collective test starting: all_reduce_perf",
+        f"# Collective test starting: {title}",
         f"# nThread {config['nThread']} nGpus {config['nGpus']} minBytes {config['minBytes']} "
         f"maxBytes {config['maxBytes']} step: {config['stepFactor']}(factor) "
         f"warmup iters: {config['warmupIters']} iters: {config['iters']} agg iters: 1 "
@@ -596,15 +801,19 @@ def format_table(result: dict) -> str:
             f"{device['host']:>10} device {device['device']:2d} [{device['bus_id']}] "
             f"{device['name']}"
         )
+    if result.get("unsupported"):
+        lines += [f"# {result['unsupported']}", "#", f"# Collective test concluded: {title}", "#"]
+        return "\n".join(lines) + "\n"
     lines += ["#", _GROUP_HEADER, _COLUMNS, _UNITS]
     wrong_total = 0
     for row in result["results"]:
         lines.append(
-            f"{row['size']:12d}  {row['count']:12d}  {row['type']:>8}  {'sum':>6}  {-1:6d}"
+            f"{row['size']:12d}  {row['count']:12d}  {row['type']:>8}  "
+            f"{row.get('redop', 'sum'):>6}  {row.get('root', -1):6d}"
             + _fmt_place(row.get("out_of_place"))
             + _fmt_place(row.get("in_place"))
         )
-        for place in (row.get("out_of_place"), row["in_place"]):
+        for place in (row.get("out_of_place"), row.get("in_place")):
             nwrong = (place or {}).get("nwrong")
             wrong_total += nwrong if nwrong and nwrong > 0 else 0
     average = result.get("average_bus_bandwidth")
@@ -612,7 +821,7 @@ def format_table(result: dict) -> str:
         f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}",
         f"# Avg bus bandwidth    : {'N/A' if average is None else format(average, 'g')} ",
         "#",
-        "# Collective test concluded: all_reduce_perf",
+        f"# Collective test concluded: {title}",
         "#",
     ]
     return "\n".join(lines) + "\n"
@@ -638,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     if result is None:
         return 0
-    sys.stdout.write(format_table(result))
+    sys.stdout.write(format_tables(result))
     args = build_parser().parse_args(argv)
     if args.output_file:
         with open(args.output_file, "w") as handle:
@@ -648,8 +857,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     wrong = sum(
         max(0, (place or {}).get("nwrong") or 0)
-        for r in result["results"]
-        for place in (r.get("out_of_place"), r["in_place"])
+        for one in collective_results(result)
+        for r in one["results"]
+        for place in (r.get("out_of_place"), r.get("in_place"))
     )
     return EXIT_FAILED if wrong else 0
 
