@@ -16,7 +16,7 @@ from clusterkit.inventory.model import BenchSettings
 from clusterkit.probe import PROBE_SECONDS
 from clusterkit.status import ExitStatus
 
-STAGES = ("network", "bench", "image")
+STAGES = ("network", "bench", "image", "dcgm")
 FORMATS = ("text", "json", "junit")
 
 
@@ -197,6 +197,15 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         "--fix-plan",
         action="store_true",
         help="print the provisioning commands that fix the current findings",
+    )
+    parser.add_argument(
+        "--dcgm-level",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=None,
+        metavar="{1,2,3}",
+        help="also run NVIDIA DCGM's `dcgmi diag -r N` on every node (1 quick, 2 medium, "
+        "3 long; 0 off; default: clusterkit.dcgm_level, else off; docs/checks.md)",
     )
     _add_bench_gate_options(parser)
     parser.add_argument(
@@ -401,6 +410,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument(
         "-d", "--datatype", help=f"float, half, bfloat16, ... (default {BenchSettings.datatype})"
+    )
+    sweep.add_argument(
+        "--collective",
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="all_reduce, all_gather, reduce_scatter, alltoall: each with its own table and "
+        "gate (default: clusterkit.bench.collectives, else all_reduce)",
     )
     run = parser.add_argument_group("run")
     run.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")

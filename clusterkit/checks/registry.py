@@ -34,7 +34,9 @@ _CONNECT_PROBE_STATIC = {
     "parity.memory": "same host memory (whole GiB) on every host",
     "parity.nvlink": "same NVLink (GPUs x active links per GPU) on every host",
     "parity.infiniband": "same InfiniBand/RoCE ports (state and rate) on every host",
-    "fabric.nvlink-down": "every GPU of an NVLink node has as many active links as its best",
+    "fabric.nvlink-down": "no NVLink link inactive where the node's other GPUs or peers have it",
+    "gpu.nvlink-errors": "no NVLink link with replay, recovery or CRC error counts",
+    "ib.port": "every RDMA port ACTIVE/LinkUp, at its peers' rate, few link error counts",
     "docker.container-toolkit": "every GPU node has docker and the NVIDIA container runtime",
     "expect.gpus_per_node": "GPU count equals the clusterkit.expect pin on every host",
     "expect.driver": "driver matches the clusterkit.expect constraint",
@@ -69,6 +71,7 @@ _CONNECT_PROBE_STATIC = {
     "host.memory-free": "MemAvailable is at least 10% of MemTotal on every node",
     "storage.shared": "a token written in each shared path on the master is read on every node",
     "storage.free": "free space in every shared path: at least 10 GiB and 5% of the filesystem",
+    "dcgm.diag": "every DCGM diagnostic test (dcgmi diag -r N) passed on every GPU",
 }
 
 
@@ -93,7 +96,10 @@ _NETWORK = {
 
 _BENCH = {
     "bench.busbw": "slowest-rank busbw at the gate size vs the threshold",
-    "bench.correctness": "wrong elements after all_reduce(sum)",
+    "bench.busbw-all_gather": "all_gather busbw (nccl-tests factor (n-1)/n) vs the threshold",
+    "bench.busbw-reduce_scatter": "reduce_scatter busbw ((n-1)/n) vs the threshold",
+    "bench.busbw-alltoall": "alltoall busbw ((n-1)/n) vs 0.5 x the threshold",
+    "bench.correctness": "wrong elements after each collective measured (rank+1 filled)",
     "bench.world-size": "WORLD_SIZE equals nodes x ranks per node (caught before any timing)",
     "bench.rank-failed": "names the node (and rank) that failed first",
     "bench.not-joined": "nodes none of whose ranks joined, or not run for a partial world",

@@ -10,7 +10,7 @@ from typing import Any
 
 from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.nccltests import write_json
-from clusterkit.bench.worker import DTYPES, parse_size
+from clusterkit.bench.worker import DTYPES, parse_collectives, parse_size
 from clusterkit.checks.model import Status
 from clusterkit.commands.common import connect_options, load_targets
 from clusterkit.errors import UsageError
@@ -49,6 +49,12 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
             raise UsageError(f"bench --gate-size: {error}") from None
     if args.group_size is not None and args.group_size < 2:
         raise UsageError(f"bench --group-size: at least 2 nodes, not {args.group_size}")
+    collectives = None
+    if args.collective is not None:
+        try:
+            collectives = tuple(parse_collectives(args.collective))
+        except ValueError as error:
+            raise UsageError(f"bench --collective: {error}") from None
     if args.datatype is not None and args.datatype not in DTYPES:
         raise UsageError(f"bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})")
     options = BenchOptions.from_settings(
@@ -61,6 +67,7 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
         check=args.validate,
         datatype=args.datatype,
         backend=args.backend,
+        collectives=collectives,
         nproc_per_node=args.nproc_per_node,
         gate_size=gate_size,
         min_busbw=args.min_busbw,

@@ -18,6 +18,7 @@ from clusterkit.slurm.target import SlurmTarget, slurm_target, wants_slurm
 from clusterkit.stages import Session, Stage, run_stages
 from clusterkit.stages.bench import BenchStage
 from clusterkit.stages.connect import ConnectStage
+from clusterkit.stages.dcgm import DcgmStage
 from clusterkit.stages.image import IMAGE_SECONDS, ImageStage
 from clusterkit.stages.network import NETWORK_SECONDS, NetworkStage
 from clusterkit.stages.probe import ProbeStage, StaticStage
@@ -117,8 +118,17 @@ def check_stages(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
         StorageStage(SHARED_SECONDS),
         NetworkStage(NETWORK_SECONDS, mesh=getattr(args, "mesh", None)),
         ImageStage(IMAGE_SECONDS),
+        *dcgm_stage(args, inventory),
         BenchStage(bench_options, seconds=inventory.settings.bench.timeout),
     ]
+
+
+def dcgm_stage(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
+    """The DCGM diagnostic, only when a level is asked for (--dcgm-level wins over
+    clusterkit.dcgm_level; 0 turns it off): otherwise it costs nothing, not even a skip."""
+    level = getattr(args, "dcgm_level", None)
+    level = inventory.settings.dcgm_level if level is None else level
+    return [DcgmStage(level)] if level else []
 
 
 def checked_session(

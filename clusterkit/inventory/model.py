@@ -71,6 +71,7 @@ class BenchSettings:
     find_slow_rounds: int | None = None  # None: max(3, log_k N) (bench/pairing.py)
     find_slow_seconds: float = 5.0  # each group times each block over this window
     find_slow_status: str = "warn"  # status of a named node: warn or fail
+    collectives: tuple[str, ...] = ("all_reduce",)  # --collective: which nccl-tests ops
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class ClusterSettings:
     gpu_busy_mib: int = 1024  # memory in use above which a GPU counts as busy (gpu.busy)
     # Folders every node must share (the checkpoint directory rank 0 writes, all ranks read)
     shared_paths: tuple[str, ...] = ()
+    dcgm_level: int | None = None  # `dcgmi diag -r N` in check (the dcgm stage); None: off
 
 
 @dataclass(frozen=True)

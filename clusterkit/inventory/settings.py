@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, NoReturn, TypeVar
 
-from clusterkit.bench.worker import DTYPES, parse_size
+from clusterkit.bench.worker import COLLECTIVES, DTYPES, parse_size
 from clusterkit.cost.rates import ADVISOR_BUCKETS
 from clusterkit.cost.scenario import HAZARDS, Hazard
 from clusterkit.errors import InventoryError, UsageError
@@ -294,6 +294,7 @@ BENCH_RULES: dict[str, Rule] = {
     "find_slow_rounds": integer(2, 64),
     "find_slow_seconds": number(above=0, unit="seconds"),
     "find_slow_status": choice("warn", "fail"),
+    "collectives": list_of(choice(*COLLECTIVES), ", ".join(COLLECTIVES)),
 }
 
 NETWORK_RULES: dict[str, Rule] = {
@@ -353,6 +354,7 @@ TOP_RULES: dict[str, Rule] = {
     "image_run_args": list_of(text, "docker run arguments (strings)"),
     "gpu_busy_mib": integer(0, 10_000_000),
     "shared_paths": list_of(absolute_path, "absolute paths"),
+    "dcgm_level": integer(1, 3),
 }
 TOP_KEYS = (*TOP_RULES, *SECTIONS)
 

@@ -163,10 +163,11 @@ def parse_gpu_csv(text, fields=GPU_FIELDS):
     return gpus
 
 
-def query_gpu_fields(run):
+def query_gpu_fields(run, health=True):
     """(CSV text, the GPU_FIELDS names as asked) from `run(names)`: a name the driver
-    rejects is asked by its older spelling, else left out (health fields only)."""
-    asked = list(GPU_FIELDS)
+    rejects is asked by its older spelling, else left out (health fields only). Without
+    `health`, only the base fields are asked."""
+    asked = list(GPU_FIELDS if health else BASE_GPU_FIELDS)
     for _ in range(len(HEALTH_GPU_FIELDS) + 1):
         try:
             return run(asked), asked
@@ -213,7 +214,8 @@ def collect_gpus(options):
         return run_tool(argv, TOOL_TIMEOUT)
 
     def query_devices():
-        results["csv"], results["fields"] = query_gpu_fields(run_query)
+        health = options.get("gpu_health", True)
+        results["csv"], results["fields"] = query_gpu_fields(run_query, health)
 
     def query_banner():
         results["banner"] = run_tool(["nvidia-smi"], TOOL_TIMEOUT)
@@ -290,16 +292,47 @@ def parse_nvlink_status(text):
     return gpus
 
 
+NVLINK_COUNTER = re.compile(r"^\s*Link (\d+): ([A-Za-z][A-Za-z ]*?) Errors?: (\d+)\s*$")
+
+
+def parse_nvlink_errors(text):
+    """`nvidia-smi nvlink --errorcounters`: {GPU index: {link: {counter: count}}}, counters
+    named as printed, lower case (`replay`, `recovery`, `crc`); `N/A` values are left out."""
+    counters = {}  # type: dict[str, dict[str, dict[str, int]]]
+    gpu = None
+    for line in text.splitlines():
+        header = NVLINK_GPU.match(line)
+        if header:
+            gpu = counters.setdefault(header.group(1), {})
+            continue
+        match = NVLINK_COUNTER.match(line)
+        if match and gpu is not None:
+            link = gpu.setdefault(match.group(1), {})
+            link[match.group(2).strip().lower()] = int(match.group(3))
+    return counters
+
+
 def collect_nvlink(options):
+    """Link status, and the error counters only where a link is up: one more nvidia-smi
+    call on NVLink nodes, none elsewhere."""
     if find_tool("nvidia-smi") is None:
         return {"gpus": [], "reason": "nvidia-smi not found"}
+    end = time.monotonic() + TOOL_TIMEOUT + 4  # both calls within the collector's deadline
     gpus = parse_nvlink_status(run_tool(["nvidia-smi", "nvlink", "--status"], TOOL_TIMEOUT))
     active = [sum(1 for speed in gpu["links"] if speed) for gpu in gpus]
-    return {
+    facts = {
         "gpus": gpus,
         "active_links": active,
         "present": bool(gpus) and all(count > 0 for count in active),
     }
+    if any(active):
+        try:
+            argv = ["nvidia-smi", "nvlink", "--errorcounters"]
+            left = min(TOOL_TIMEOUT, max(1.0, end - time.monotonic()))
+            facts["errors"] = parse_nvlink_errors(run_tool(argv, left))
+        except ToolError as error:
+            facts["errors_error"] = str(error)[:300]
+    return facts
 
 
 TORCH_SNIPPET = r"""
@@ -583,7 +616,27 @@ def parse_chronyc_tracking(text):
     return facts
 
 
+IB_COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "link_error_recovery")
+
+
+def _sysfs_label(text):
+    """`5: LinkUp` -> `LinkUp`; None for a missing file."""
+    return text.split(":")[-1].strip() if text else None
+
+
+def _ib_counters(directory):
+    """The port's error counters (since the driver loaded or they were cleared)."""
+    counters = {}
+    for name in IB_COUNTERS:
+        value = (read_text(os.path.join(directory, name)) or "").strip()
+        if value.isdigit():
+            counters[name] = int(value)
+    return counters
+
+
 def collect_infiniband(options):
+    """RDMA ports from sysfs (no tools): state, physical state, rate, error counters. The
+    root is `options["sysfs"]` so tests read a tree laid out like /sys."""
     base = os.path.join(options.get("sysfs", "/sys"), "class", "infiniband")
     if not os.path.isdir(base):
         return {"devices": []}
@@ -599,8 +652,11 @@ def collect_infiniband(options):
                 {
                     "port": port,
                     "state": (read_text(os.path.join(path, "state")) or "").split(":")[-1].strip(),
+                    "phys_state": _sysfs_label(read_text(os.path.join(path, "phys_state"))),
                     "rate_gbps": float(match.group(1)) if match else None,
+                    "rate": rate.strip()[:40] or None,
                     "link_layer": read_text(os.path.join(path, "link_layer")),
+                    "counters": _ib_counters(os.path.join(path, "counters")),
                 }
             )
         devices.append({"name": name, "ports": ports})
@@ -702,7 +758,10 @@ def parse_kernel_log(text):
 
 
 def collect_kernel_log(options):
-    """Xid and SXid events since boot: dmesg, else journalctl (dmesg_restrict, no dmesg)."""
+    """Xid and SXid events since boot: dmesg, else journalctl (dmesg_restrict, no dmesg).
+    None (not read) under `gpu_health: false`, the option that also drops the health fields."""
+    if not options.get("gpu_health", True):
+        return None
     failures = []
     for source, argv in KERNEL_LOG_TOOLS:
         try:

@@ -94,13 +94,27 @@ def _scontrol(*args: str) -> str:
     return done.stdout
 
 
-def node_state(name: str) -> NodeState:
-    text = _scontrol("show", "node", check_node_name(name, "--slurm-drain"), "-o")
+# Slurm appends who set the reason and when: `Reason=fan swap [root@2026-11-26T03:00:37]`.
+_REASON_STAMP = re.compile(r" \[[^\]\s]*@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\]")
+
+
+def parse_node_state(text: str, name: str) -> NodeState:
+    """The state and reason in `scontrol show node NAME -o` (one line). The reason is free
+    text, `=` and brackets included, and the line's last field: it runs to Slurm's stamp."""
     state = re.search(r"(?:^|\s)State=(\S+)", text)
-    reason = re.search(r"(?:^|\s)Reason=(.*?)(?: \[[^\]]*\])?(?:\s+\w+=|$)", text)
     if state is None:
         raise ExternalToolError(f"--slurm-drain: Slurm does not know node {name!r}")
-    return NodeState(state.group(1), reason.group(1).strip() if reason else "")
+    reason = ""
+    if found := re.search(r"(?:^|\s)Reason=(.*)", text[state.end() :]):
+        rest = found.group(1)
+        stamp = _REASON_STAMP.search(rest)
+        reason = (rest[: stamp.start()] if stamp else rest).strip()
+    return NodeState(state.group(1), reason)
+
+
+def node_state(name: str) -> NodeState:
+    text = _scontrol("show", "node", check_node_name(name, "--slurm-drain"), "-o")
+    return parse_node_state(text, name)
 
 
 def apply(name: str, action: Action) -> None:

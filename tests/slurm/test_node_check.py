@@ -1,5 +1,6 @@
 """`clusterkit node-check --slurm-drain` on real Slurm nodes, run on the node as an admin's
-health check would (logged in, the node's own GPU stand-in on PATH)."""
+health check would (logged in, the node's own GPU stand-in and kernel log on PATH; the job's
+Python is this venv's, which has torch: the nodes' /usr/bin/python3 has none)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.support.slurmcluster import SlurmCluster
 def node_check(slurm: SlurmCluster, node: str, *args: str) -> tuple[int, dict[str, Any], float]:
     command = slurm.net[node].ssh_argv(
         "env", f"SLURM_CONF={slurm.conf}", sys.executable, "-m", "clusterkit", "node-check",
-        "--format", "json", *args,
+        "--format", "json", "--python", sys.executable, *args,
     )  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
@@ -76,3 +77,75 @@ def test_a_hostlist_as_the_node_name_drains_nothing(slurm: SlurmCluster) -> None
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     for node in slurm.node_names:
         assert "DRAIN" not in slurm.node_state(node)[0], node
+
+
+FALLEN = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."  # noqa: E501
+
+
+def xid_79_on(slurm: SlurmCluster, node: str, gpu: int) -> str:
+    """Put an Xid 79 for one GPU in the node's kernel log; the drain note's bus (DDDD:BB:DD)."""
+    bus = slurm.net[node].gpu_state()["gpus"][gpu]["pci.bus_id"].split(":")[1].lower()
+    slurm.net[node].set_kernel_log([FALLEN.format(bus=bus)])
+    return f"0000:{bus}:00"
+
+
+def test_an_xid_79_drains_naming_gpu_code_and_reboot_and_a_reboot_resumes(
+    slurm: SlurmCluster,
+) -> None:
+    """The kernel log keeps an Xid until the node reboots: the drain says so, and once the
+    log is clear again (a reboot) the next check lifts clusterkit's own drain."""
+    bus = xid_79_on(slurm, "node2", 1)
+    status, report, _ = node_check(slurm, "node2", "--slurm-drain")
+    assert status == 1 and failing_ids(report) == {"gpu.xid"}
+    reason = f"clusterkit: gpu.xid; GPU 1 {bus} Xid 79 needs reboot"
+    assert report["details"]["slurm"] == {"node": "node2", "action": "drain", "reason": reason}
+    state, drained_for = slurm.node_state("node2")
+    assert "DRAIN" in state and drained_for == reason
+    assert f"node2 {reason}" in slurm.run(["sinfo", "-R", "-h", "-o", "%n %E"]).stdout
+    status, report, _ = node_check(slurm, "node2", "--slurm-drain")  # still failing: kept
+    assert status == 1 and report["details"]["slurm"]["action"] == "keep"
+
+    slurm.net["node2"].set_kernel_log()  # rebooted: the log holds no Xid
+    status, report, _ = node_check(slurm, "node2", "--slurm-drain")
+    assert status == 0 and report["details"]["slurm"]["action"] == "resume"
+    state, reason = slurm.node_state("node2")
+    assert "DRAIN" not in state and reason == "", state  # NOT_RESPONDING may show a moment
+
+
+def test_a_pending_remap_drains_for_a_reset_and_a_failed_one_for_replacement(
+    slurm: SlurmCluster,
+) -> None:
+    node = slurm.net["node1"]
+    bus = node.gpu_state()["gpus"][3]["pci.bus_id"]
+    node.set_gpus(overrides={3: {"remapped_rows.pending": "Yes"}})
+    node_check(slurm, "node1", "--slurm-drain")
+    pending = f"clusterkit: gpu.row-remap; GPU 3 {bus} row remap pending needs reset"
+    assert slurm.node_state("node1") == ("IDLE+DRAIN", pending)
+
+    node.set_gpus(overrides={3: {"remapped_rows.failure": "Yes"}})  # reset: out of spare rows
+    status, report, _ = node_check(slurm, "node1", "--slurm-drain")
+    assert status == 1 and report["details"]["slurm"]["action"] == "drain"
+    state, reason = slurm.node_state("node1")
+    assert state == "IDLE+DRAIN" and reason.startswith(f"clusterkit: gpu.row-remap; GPU 3 {bus}")
+    assert reason.endswith("needs replacement"), reason
+
+    node.set_gpus()  # the GPU replaced
+    status, report, _ = node_check(slurm, "node1", "--slurm-drain")
+    assert status == 0 and report["details"]["slurm"]["action"] == "resume"
+    state, reason = slurm.node_state("node1")
+    assert "DRAIN" not in state and reason == "", state  # NOT_RESPONDING may show a moment
+
+
+def test_an_admin_drain_is_kept_through_an_xid_and_after_it(slurm: SlurmCluster) -> None:
+    """LBNL NHC's rule: a node drained for another reason is neither re-labelled while it
+    fails nor resumed once it passes."""
+    admin = "admin: PSU swap, do not resume"
+    slurm.run(["scontrol", "update", "nodename=node3", "state=drain", f"reason={admin}"])
+    xid_79_on(slurm, "node3", 0)
+    status, report, _ = node_check(slurm, "node3", "--slurm-drain")
+    assert status == 1 and report["details"]["slurm"]["action"] == "keep"
+    assert slurm.node_state("node3") == ("IDLE+DRAIN", admin)
+    slurm.net["node3"].set_kernel_log()
+    status, report, _ = node_check(slurm, "node3", "--slurm-drain")
+    assert status == 0 and report["details"]["slurm"]["action"] == "keep"
+    assert slurm.node_state("node3") == ("IDLE+DRAIN", admin)

@@ -274,6 +274,24 @@ def nvlink_status(gpus: list) -> int:
     return 0
 
 
+def nvlink_errors(gpus: list) -> int:
+    """`nvidia-smi nvlink --errorcounters`: per GPU and link, Replay, Recovery and CRC lines
+    and a blank line; counts from the GPU's "nvlink_errors" {link: {"replay": n, ...}}."""
+    lines = []
+    for gpu in gpus:
+        lines.append("GPU %s: %s (UUID: %s)" % (gpu.get("index"), gpu.get("name"), gpu.get("uuid")))
+        counts = gpu.get("nvlink_errors") or {}
+        for number in range(len(gpu.get("nvlink") or [])):
+            link = counts.get(str(number)) or {}
+            for label in ("Replay", "Recovery", "CRC"):
+                lines.append(
+                    "\t Link %d: %s Errors: %d" % (number, label, link.get(label.lower(), 0))
+                )
+            lines.append("")
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
 def list_gpus(gpus: list) -> int:
     """`-L`: one line per GPU with its UUID."""
     for gpu in gpus:
@@ -456,6 +474,8 @@ def run(state: dict, args: list) -> int:
             action, position = "nvlink", position + 1
         elif action == "nvlink" and arg in ("-s", "--status"):
             position += 1
+        elif action == "nvlink" and arg in ("-e", "--errorcounters"):
+            action, position = "nvlink-errors", position + 1
         elif arg.startswith("--format"):
             fmt, position = option_value(args, position, "format")
         elif arg in ("-i",) or arg.startswith("--id"):
@@ -477,6 +497,8 @@ def run(state: dict, args: list) -> int:
         return query_apps(state, gpus, query, fmt)
     if action == "nvlink":
         return nvlink_status(gpus)
+    if action == "nvlink-errors":
+        return nvlink_errors(gpus)
     if action == "list":
         return list_gpus(gpus)
     if action == "version":

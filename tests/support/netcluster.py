@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from clusterkit.probe.collector import COMPUTE_APPS_QUERY, GPU_FIELDS
+from clusterkit.probe.collector import BASE_GPU_FIELDS, COMPUTE_APPS_QUERY, GPU_FIELDS
 
 STATE_DIR = Path("/run/netcluster")
 SUBNET_PREFIX = "10.213"
@@ -73,8 +73,11 @@ HEALTHY_KERNEL_LOG = (
 PROBE_NVIDIA_SMI_CALLS = {
     "banner": [],
     "query": ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"],
+    # without the health fields (probe option gpu_health: false, benchmarks/bench_gpu_health.py)
+    "query-base": ["--query-gpu=" + ",".join(BASE_GPU_FIELDS), "--format=csv,noheader,nounits"],
     "apps": [COMPUTE_APPS_QUERY, "--format=csv,noheader,nounits"],
     "nvlink": ["nvlink", "--status"],
+    "nvlink_errors": ["nvlink", "--errorcounters"],
 }
 # Starts in ~25 ms and always exists where the tests run; the stand-in is stdlib only.
 STAND_IN_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -591,6 +594,27 @@ class Node:
                 wrapper.write_text(script)
                 wrapper.chmod(0o755)
 
+    # --- DCGM stand-in ------------------------------------------------------------------
+
+    def set_dcgm(self, output: Path | None = None, *, exit_code: int = 0) -> None:
+        """What `dcgmi` prints on this node: the file `output` (a recorded `dcgmi diag -j`
+        document, tests/fixtures/dcgm/) with `exit_code`; None: no dcgmi on the node. Each
+        call's arguments are appended to `dcgmi.calls` in the node's directory."""
+        wrapper, calls = self.bin_dir / "dcgmi", self.dir / "dcgmi.calls"
+        calls.unlink(missing_ok=True)
+        if output is None:
+            wrapper.unlink(missing_ok=True)
+            return
+        wrapper.write_text(
+            f'#!/bin/sh\necho "$*" >> {shlex.quote(str(calls))}\n'
+            f"cat {shlex.quote(str(output))}\nexit {int(exit_code)}\n"
+        )
+        wrapper.chmod(0o755)
+
+    def dcgm_calls(self) -> list[str]:
+        calls = self.dir / "dcgmi.calls"
+        return calls.read_text().splitlines() if calls.exists() else []
+
     # --- construction and health --------------------------------------------------------
 
     def create(self) -> None:
@@ -684,6 +708,7 @@ class Node:
         self.set_hosts()
         self.set_gpus()
         self.set_kernel_log()
+        self.set_dcgm()
         if not self.sshd_running:
             self.start_sshd()
 

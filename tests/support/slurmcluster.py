@@ -325,6 +325,7 @@ PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP
             'node="${SLURMD_NODENAME:-$(hostname -s)}"\n'
             f'export PATH="{node_dir}/bin:/usr/local/bin:/usr/bin:/bin" SLURM_CONF={self.conf}\n'
             f"exec {shlex.quote(sys.executable)} -m clusterkit node-check --slurm-drain"
+            f" --python {shlex.quote(sys.executable)}"  # the jobs' Python: this venv has torch
             f' --node-name "$node" --format json --output "{node_dir}/health-check.json"\n'
         )
         wrapper.chmod(0o755)

@@ -13,7 +13,13 @@ import pytest
 from clusterkit.checks.gpu_health import drain_notes, gpu_health_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.nodescript.prelude import ToolError, run_tool
-from clusterkit.probe.collector import GPU_FIELDS, parse_gpu_csv, query_gpu_fields
+from clusterkit.probe.collector import (
+    BASE_GPU_FIELDS,
+    GPU_FIELDS,
+    collect_kernel_log,
+    parse_gpu_csv,
+    query_gpu_fields,
+)
 from clusterkit.slurm.drain import NodeState, decide
 from tests.support import fake_nvidia_smi
 
@@ -151,3 +157,15 @@ def test_a_driver_rejecting_new_field_names_gets_the_older_name_or_none(tmp_path
 def test_a_rejected_base_field_is_still_an_error(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match='Field "compute_cap" is not a valid field'):
         query_gpu_fields(_run_fake(tmp_path, ["compute_cap"]))
+
+
+def test_gpu_health_off_asks_only_the_base_fields_and_reads_no_kernel_log(
+    tmp_path: Path,
+) -> None:
+    """The probe option the benchmark's anchor uses (benchmarks/bench_gpu_health.py): the
+    same check without the health work, and the Xid check then says it did not look."""
+    text, asked = query_gpu_fields(_run_fake(tmp_path, []), health=False)
+    assert asked == list(BASE_GPU_FIELDS)
+    (gpu,) = parse_gpu_csv(text, asked)
+    assert gpu["pci.bus_id"] == "00000000:1A:00.0" and gpu["remapped_rows.pending"] is None
+    assert collect_kernel_log({"gpu_health": False}) is None

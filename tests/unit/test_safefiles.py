@@ -6,13 +6,13 @@ symlink (or hard link) under the name clusterkit is about to write, aiming at a 
 
 from __future__ import annotations
 
-import errno
 import os
 import pwd
 import resource
 import signal
 import stat
-from collections.abc import Iterator
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,27 +173,34 @@ def test_a_folder_inside_another_users_folder_is_refused(tmp_path: Path) -> None
         PrivateFolder.open(theirs / "logs")
 
 
-@pytest.fixture
-def small_file_limit() -> Iterator[None]:
-    """Files may not grow past 1000 bytes (a full disk, for this process only)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
+def _write_under_a_small_file_limit(path: Path, data: str) -> subprocess.CompletedProcess[str]:
+    """write_private_file in a child whose files may not grow past 1000 bytes (a full disk,
+    for that process only: a limit set in the test process would cut pytest's own output)."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+
+    code = (
+        "import errno, sys\n"
+        "from clusterkit.safefiles import write_private_file\n"
+        "try:\n"
+        "    write_private_file(sys.argv[1], sys.argv[2], 0o644)\n"
+        "except OSError as error:\n"
+        "    print(errno.errorcode[error.errno])\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path), data],
+        capture_output=True, text=True, timeout=60, preexec_fn=limit,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
 
 
-def test_a_write_that_fails_leaves_the_old_file_whole(
-    tmp_path: Path, small_file_limit: None
-) -> None:
+def test_a_write_that_fails_leaves_the_old_file_whole(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     write_private_file(report, '{"verdict": "pass"}\n', 0o644)
-    with pytest.raises(OSError) as failed:
-        write_private_file(report, "x" * 5000, 0o644)
-    assert failed.value.errno == errno.EFBIG
+    done = _write_under_a_small_file_limit(report, "x" * 5000)
+    assert done.stdout.strip() == "EFBIG", done.stderr
     assert report.read_text() == '{"verdict": "pass"}\n'
     assert stat.S_IMODE(report.stat().st_mode) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
