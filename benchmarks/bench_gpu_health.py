@@ -4,8 +4,9 @@ Two variants of the same `clusterkit check INV --format json --skip network,benc
 run alternately in the same session, `--repeat` times each, medians compared:
 
 - **with**: as shipped: the probe asks nvidia-smi for the health fields too (row remaps,
-  retired pages, PCIe width, clock event reasons, temperatures) and reads the kernel log since
-  boot (dmesg, cut to its Xid/SXid lines); the checks grade them;
+  retired pages, PCIe width, clock event reasons, temperatures), reads each GPU's PCIe AER
+  counters from sysfs and the kernel log since boot (dmesg, cut to its Xid/SXid lines); the
+  checks grade them;
 - **anchor**: the same check with the probe option `gpu_health: false`, which asks only the
   base fields and leaves the kernel log unread (the health and Xid checks then have nothing
   to grade).

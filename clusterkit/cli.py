@@ -360,17 +360,19 @@ def _add_bench_gate_options(parser: argparse.ArgumentParser) -> None:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "bench",
-        help="all-reduce bandwidth test on every node (nccl-tests compatible output)",
-        description="Run an all-reduce across every node of the inventory (torchrun, one rank "
-        "per GPU) and print nccl-tests style bus bandwidth per size; fail when the busbw at the "
-        "gate size is under --min-busbw. With --find-slow, groups of nodes are measured in "
-        "rounds to name a slow node. Exit status: 0 pass, 1 below the threshold or a rank "
-        "failed, 2 bad input, 3 a node could not run.",
+        help="collective bandwidth test on every node (nccl-tests compatible output)",
+        description="Run all_reduce (and all_gather, reduce_scatter, alltoall with "
+        "--collective) across every node of the inventory (torchrun, one rank per GPU) and "
+        "print nccl-tests style bus bandwidth per size; fail when a collective's busbw at the "
+        "gate size is under its threshold. With --per-node, every node is also measured alone "
+        "(all at once) against an intra-node threshold; with --find-slow, groups of nodes are "
+        "measured in rounds to name a slow node. Exit status: 0 pass, 1 below a threshold or a "
+        "rank failed, 2 bad input, 3 a node could not run.",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
     # Defaults: the inventory's clusterkit.bench, else BenchSettings (shared with `check`).
     sweep = parser.add_argument_group(
-        "sweep (nccl-tests all_reduce_perf flags; defaults: clusterkit.bench in the inventory)"
+        "sweep (nccl-tests *_perf flags; defaults: clusterkit.bench in the inventory)"
     )
     sweep.add_argument("-b", "--minbytes", help=f"smallest size (default {BenchSettings.minbytes})")
     sweep.add_argument("-e", "--maxbytes", help=f"largest size (default {BenchSettings.maxbytes})")
@@ -398,7 +400,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         type=int,
         choices=(0, 1),
         default=1,
-        help="verify the all-reduce results (nccl-tests -c; default 1)",
+        help="verify the collectives' results (nccl-tests -c; default 1)",
     )
     sweep.add_argument(
         "--check",
@@ -460,6 +462,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="after the all-reduce, measure groups of nodes in rounds and name a slow node "
         "(default: clusterkit.bench.find_slow)",
+    )
+    run.add_argument(
+        "--per-node",
+        action="store_true",
+        help="after the global run, bench every node alone (its own ranks, all nodes at once) "
+        "and name a node below its intra-node threshold or the others' median; needs 2+ "
+        "ranks per node",
     )
     run.add_argument(
         "--group-size",

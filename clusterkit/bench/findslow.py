@@ -81,9 +81,9 @@ class FindSlowOutcome:
 
 
 def global_deadline(deadline: Deadline, options: BenchOptions) -> Deadline:
-    """The global all-reduce's deadline: with find-slow at most half the time left, so a
-    global run that hangs still leaves the rounds time to name the node."""
-    if not options.find_slow:
+    """The global run's deadline: with find-slow or per-node at most half the time left, so
+    a global run that hangs still leaves the rounds time to name the node."""
+    if not (options.find_slow or options.per_node):
         return deadline
     return Deadline(min(deadline.at, time.monotonic() + deadline.remaining() / 2))
 
@@ -124,7 +124,7 @@ def find_slow_nodes(
         round_deadline = Deadline(min(deadline.at, time.monotonic() + share))
         round_started = time.monotonic()
         try:
-            measured, barrier, interrupted = _run_round(
+            measured, barrier, interrupted = run_round(
                 transports,
                 inventory,
                 world,
@@ -148,7 +148,7 @@ def find_slow_nodes(
     return FindSlowOutcome(findings, details, _text(verdict, details), interrupted)
 
 
-def _run_round(
+def run_round(
     transports: Mapping[str, Transport],
     inventory: Inventory,
     world: World,
@@ -159,7 +159,8 @@ def _run_round(
     deadline: Deadline,
 ) -> tuple[list[GroupRun], dict[str, Any], bool]:
     """One round: pick each group's port on its first node, start every group, say go
-    once every group has joined (or READY_SHARE of the round has passed), and wait."""
+    once every group has joined (or READY_SHARE of the round has passed), and wait.
+    Also bench/pernode.py's single round, a group per node."""
     started = time.monotonic()
     ready_window = min(READY_SHARE * deadline.remaining(), 0.9 * options.join_timeout)
     firsts = [group[0] for group in groups]

@@ -116,7 +116,8 @@ class BenchOptions:
     master_addr: str | None = None  # None: the inventory master's address
     master_port: int | None = None  # None: clusterkit.master_port
     image: str | None = None  # None: clusterkit.image; "" forces the node interpreter
-    find_slow: bool = BenchSettings.find_slow  # groups in rounds after the global all-reduce
+    find_slow: bool = BenchSettings.find_slow  # groups in rounds after the global run
+    per_node: bool = False  # every node alone after the global run (bench/pernode.py)
     find_slow_group: int = BenchSettings.find_slow_group
     find_slow_bytes: str | None = None  # None: maxbytes
     find_slow_fraction: float = BenchSettings.find_slow_fraction

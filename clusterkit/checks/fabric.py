@@ -63,6 +63,13 @@ def fabric_findings(facts: Facts, image: str | None, inventory_path: str | None)
     return findings
 
 
+def node_fabric_findings(facts: Facts) -> list[Finding]:
+    """The fabric checks one node can judge alone (node-check): NVLink links down where its
+    other GPUs have them up, NVLink error counters, its RDMA ports. No parity: that needs
+    peers."""
+    return [_links_down(facts), *nvlink_error_findings(facts), *ib_port_findings(facts, alone=True)]
+
+
 def _links_down(facts: Facts) -> Finding:
     """fabric.nvlink-down: a link `<inactive>` where a peer has it up (links.inactive_links)."""
     checked = [h for h, f in facts.items() if max(section(f, "nvlink").get("active_links") or [0])]

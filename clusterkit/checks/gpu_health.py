@@ -1,6 +1,7 @@
 """GPU hardware health from nvidia-smi's query fields: HBM memory repair (row remapping,
-page retirement), PCIe link width and clock event reasons. Each problem names the host, the
-GPU (index, bus id, serial or UUID), what was read and what to do about it.
+page retirement), PCIe link width and clock event reasons, and the kernel's PCIe replay counts
+(AER, from sysfs). Each problem names the host, the GPU (index, bus id, serial or UUID), what
+was read and what to do about it.
 
 What is normal stays quiet: `[N/A]` fields (a GPU generation without the feature), lifetime
 corrected ECC counts, the PCIe generation (it drops to gen 1 on an idle GPU to save power)
@@ -31,6 +32,18 @@ SLOWDOWN_REASONS = {
     0x40: "HW thermal slowdown",
     0x80: "HW power brake",
 }
+
+# More replay-related PCIe errors than this since boot warns: DCGM's diagnostic PCIe test fails
+# a GPU with more than 80 replays while it runs (`pcie.max_pcie_replays`), and its health watch
+# more than 8 a minute ("the maximum recommended by RM"); a healthy link stays at or near 0.
+PCIE_REPLAY_WARN = 80
+# The AER correctable errors of a link retransmitting (sysfs names, kernel 4.19 and later, and
+# the ABI document's older spelling): packets received bad (NAKed, so the partner replays), the
+# GPU's own replay timer expiring, its replay number rolling over.
+PCIE_REPLAY_COUNTERS = (
+    *("BadTLP", "BadDLLP", "Rollover", "Timeout"),
+    *("Bad TLP", "Bad DLLP", "RELAY_NUM Rollover", "REPLAY_NUM Rollover", "Replay Timer Timeout"),
+)
 
 RESET = "reset the GPU once idle (`nvidia-smi -r -i {index}`) or reboot the node"
 REPLACE = "replace the GPU (RMA: open a support case with `nvidia-bug-report.sh` attached)"
@@ -144,6 +157,46 @@ def pcie_width_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]
     return [(Status.WARN, evidence, action)]
 
 
+def pcie_replay_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+    """Link-level retransmissions counted by the kernel's AER for this GPU since boot."""
+    counters = gpu.get("pcie.aer_correctable")
+    if not isinstance(counters, dict):
+        return []
+    counted = {name: counters[name] for name in PCIE_REPLAY_COUNTERS
+               if isinstance(counters.get(name), int) and counters[name] > 0}  # fmt: skip
+    total = sum(counted.values())
+    if total <= PCIE_REPLAY_WARN:
+        return []
+    shown = ", ".join(f"{name} {count}" for name, count in counted.items())
+    evidence = f"{total} PCIe replay errors since boot ({shown})"
+    bus = gpu.get("pci.bus_id")
+    action = (
+        "watch whether the count rises under load (aer_dev_correctable under /sys/bus/pci/"
+        f"devices); reseat the GPU or its riser (`lspci -vv -s {bus}`); replace the GPU if it "
+        "keeps rising"
+    )
+    return [(Status.WARN, evidence, action)]
+
+
+def _pcie_replay(facts: Facts) -> list[Finding]:
+    """gpu.pcie-replay: none when no GPU's AER counters could be read (a kernel without AER,
+    or firmware-first error handling that keeps the counts in the BMC)."""
+    read = {
+        host: host_facts
+        for host, host_facts in facts.items()
+        if any(isinstance(gpu.get("pcie.aer_correctable"), dict) for gpu in _devices(host_facts))
+    }
+    if not read:
+        return []
+    return _graded(
+        "gpu.pcie-replay",
+        read,
+        pcie_replay_problems,
+        what="PCIe link replaying (corrupted packets resent)",
+        ok="no GPU's PCIe link shows more than a few replays since boot",
+    )
+
+
 def clock_reason_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
     """Active slowdown reasons, with the temperatures they go with."""
     text = str(gpu.get("clocks_event_reasons.active") or "").strip()
@@ -173,7 +226,7 @@ def clock_reason_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str
 
 
 def gpu_health_findings(facts: Facts) -> list[Finding]:
-    """gpu.row-remap, gpu.retired-pages, gpu.pcie-width and gpu.clock-reasons."""
+    """gpu.row-remap, gpu.retired-pages, gpu.pcie-width, gpu.pcie-replay, gpu.clock-reasons."""
     return [
         *_graded(
             "gpu.row-remap",
@@ -196,6 +249,7 @@ def gpu_health_findings(facts: Facts) -> list[Finding]:
             what="PCIe link narrower than its maximum (host transfers slowed)",
             ok="every GPU's PCIe link runs at its full width",
         ),
+        *_pcie_replay(facts),
         *_graded(
             "gpu.clock-reasons",
             facts,

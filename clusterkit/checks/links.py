@@ -8,6 +8,7 @@ fail. Bounds and their sources are in docs/checks.md."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -111,15 +112,21 @@ def nvlink_down_evidence(facts: Facts, host: str, gpu_links: Mapping[str, list[i
     return "; ".join(parts)
 
 
+def _numbered(item: tuple[Any, Any]) -> tuple[int, str]:
+    """Sort key of a GPU or link number as a dict key: numbers in order, odd keys last."""
+    key = str(item[0])
+    return (int(key) if key.isdigit() else 1 << 30, key)
+
+
 def _nvlink_counter_problems(host: str, host_facts: Mapping[str, Any]) -> list[Problem]:
     nvlink = section(host_facts, "nvlink")
     problems: list[Problem] = []
     if nvlink.get("errors_error"):
         evidence = f"NVLink error counters unreadable: {nvlink['errors_error']}"
         problems.append((Status.WARN, host, evidence, "run `nvidia-smi nvlink -e` by hand"))
-    for index, links in sorted((nvlink.get("errors") or {}).items(), key=lambda i: int(i[0])):
+    for index, links in sorted((nvlink.get("errors") or {}).items(), key=_numbered):
         name = _gpu_name(host_facts, index)
-        for link, counters in sorted(links.items(), key=lambda item: int(item[0])):
+        for link, counters in sorted(links.items(), key=_numbered):
             for counter, count in sorted(counters.items()):
                 if not isinstance(count, int) or count <= 0:
                     continue
@@ -167,7 +174,22 @@ def _is_up(port: Mapping[str, Any]) -> bool:
     return state == "ACTIVE" and port.get("phys_state") in (None, "LinkUp")
 
 
-def _port_problems(facts: Facts, host: str) -> list[Problem]:
+def _down_status(port: Mapping[str, Any], peers: Mapping[str, Any], alone: bool) -> Status | None:
+    """How a port that is not up counts; None: not in use. Among peers, a port down on most
+    of them is unused. Alone (node-check), a port that never came up (no link_downed count,
+    no physical link) may be an uncabled spare and warns; one that went down, or trained
+    without becoming ACTIVE, fails."""
+    if port.get("phys_state") == "Disabled":
+        return None
+    if alone:
+        downed = (port.get("counters") or {}).get("link_downed")
+        went_down = isinstance(downed, int) and downed > 0
+        return Status.FAIL if went_down or port.get("phys_state") == "LinkUp" else Status.WARN
+    unused = peers and sum(not _is_up(p) for p in peers.values()) * 2 >= len(peers)
+    return None if unused else Status.FAIL
+
+
+def _port_problems(facts: Facts, host: str, alone: bool = False) -> list[Problem]:
     problems: list[Problem] = []
     for hca, number, port in _ports(facts[host]):
         where = f"{hca} port {number}"
@@ -176,10 +198,12 @@ def _port_problems(facts: Facts, host: str) -> list[Problem]:
         action = (f"{where}: check the cable, transceiver and switch port (`ibstat {hca} "
                   f"{number}`, `mlxlink -d {hca} -p {number}`) and the subnet manager")  # fmt: skip
         if not _is_up(port):
-            unused = peers and sum(not _is_up(p) for p in peers.values()) * 2 >= len(peers)
-            if port.get("phys_state") != "Disabled" and not unused:
+            status = _down_status(port, peers, alone)
+            if status is not None:
                 evidence = f"{where} {port.get('state')}/{port.get('phys_state')}"
-                problems.append((Status.FAIL, host, evidence, action))
+                if status is Status.WARN:
+                    evidence += " (never up since the driver loaded: an uncabled spare?)"
+                problems.append((status, host, evidence, action))
             continue
         rates = {
             h: p.get("rate_gbps") for h, p in peers.items() if _is_up(p) and p.get("rate_gbps")
@@ -197,12 +221,13 @@ def _port_problems(facts: Facts, host: str) -> list[Problem]:
     return problems
 
 
-def ib_port_findings(facts: Facts) -> list[Finding]:
-    """ib.port: none when no node has an RDMA port (/sys/class/infiniband is empty)."""
+def ib_port_findings(facts: Facts, *, alone: bool = False) -> list[Finding]:
+    """ib.port: none when no node has an RDMA port (/sys/class/infiniband is empty). `alone`:
+    one node judged by itself (node-check), where no peer says which ports are in use."""
     checked = [h for h, f in facts.items() if any(True for _ in _ports(f))]
     if not checked:
         return []
-    problems = [p for host in checked for p in _port_problems(facts, host)]
+    problems = [p for host in checked for p in _port_problems(facts, host, alone)]
     return _graded(
         "ib.port",
         checked,
@@ -210,3 +235,37 @@ def ib_port_findings(facts: Facts) -> list[Finding]:
         what="InfiniBand/RoCE ports",
         ok="every RDMA port in use is ACTIVE/LinkUp at its peers' rate with few link errors",
     )
+
+
+# -- drain reasons (node-check) -------------------------------------------------------------
+
+HCA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+def _digits(value: Any) -> str:
+    text = str(value)
+    return text if text.isdigit() and len(text) <= 4 else "?"
+
+
+def drain_notes(host: str, host_facts: Mapping[str, Any]) -> list[str]:
+    """Short words for a Slurm drain reason, one per failing link of this node judged alone:
+    `GPU 2 NVLink 7,9 down needs reset`, `GPU 0 NVLink 17 CRC errors needs reset`,
+    `IB mlx5_3 port 1 down needs link check`. Node text never reaches it: indexes and link
+    numbers must be digits and an HCA name a plain name, else `?`; counts stay out, so the
+    same fault keeps the same reason."""
+    notes = []
+    for index, links in inactive_links({host: host_facts}).get(host, {}).items():
+        shown = ",".join(_digits(link) for link in links)
+        notes.append(f"GPU {_digits(index)} NVLink {shown} down needs reset")
+    errors = section(host_facts, "nvlink").get("errors") or {}
+    for index, gpu_links in errors.items() if isinstance(errors, dict) else []:
+        for link, counters in gpu_links.items() if isinstance(gpu_links, dict) else []:
+            counts = counters.items() if isinstance(counters, dict) else []
+            if any("crc" in str(counter) and isinstance(count, int) and count > NVLINK_CRC_FAIL
+                   for counter, count in counts):  # fmt: skip
+                notes.append(f"GPU {_digits(index)} NVLink {_digits(link)} CRC errors needs reset")
+    for hca, number, port in _ports(host_facts):
+        if not _is_up(port) and _down_status(port, {}, True) is Status.FAIL:
+            name = hca if HCA_NAME.fullmatch(hca) else "?"
+            notes.append(f"IB {name} port {_digits(number)} down needs link check")
+    return notes

@@ -54,6 +54,7 @@ _CONNECT_PROBE_STATIC = {
     "gpu.row-remap": "no GPU has a row remap pending or failed, or many uncorrectable remaps",
     "gpu.retired-pages": "no GPU (Volta and older) has a page retirement pending or a full table",
     "gpu.pcie-width": "every GPU's PCIe link runs at its maximum width",
+    "gpu.pcie-replay": "no GPU's PCIe link with many replay errors (AER) since boot",
     "gpu.clock-reasons": "no GPU clocks slowed by HW slowdown, thermal slowdown or power brake",
     "gpu.present": "every node whose GPU collector answered lists at least one NVIDIA GPU",
     "gpu.xid": "no Xid in the kernel log that needs a GPU reset, reboot or support case",
@@ -106,6 +107,7 @@ _BENCH = {
     "bench.timeout": "no result before the deadline",
     "bench.slow-rank": "a rank took >= 1.25 x the median time per op at the gate size",
     "bench.slow-node": "no node slow or failing in most of its groups (--find-slow)",
+    "bench.node-busbw": "each node alone: busbw vs its intra-node threshold and the median",
     "bench.nccl-socket-transport": "NCCL used NET/Socket on a node with active InfiniBand",
     "bench.nccl-debug-vars": "no debug-only NCCL variable (NCCL_P2P_DISABLE, ...) in the run",
 }

@@ -1,4 +1,5 @@
-"""`clusterkit bench`: connect -> probe (fabric facts) -> torchrun on every node -> gate."""
+"""`clusterkit bench`: connect -> probe (fabric facts) -> torchrun on every node -> gate
+(then each node alone with --per-node, groups in rounds with --find-slow)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
             collectives = tuple(parse_collectives(args.collective))
         except ValueError as error:
             raise UsageError(f"bench --collective: {error}") from None
+    if args.per_node and (args.nproc_per_node or 1) < 2:
+        raise UsageError(
+            f"bench --per-node: needs --nproc-per-node 2 or more, not {args.nproc_per_node or 1}"
+            " (one rank on a node alone has no bus bandwidth)"
+        )
     if args.datatype is not None and args.datatype not in DTYPES:
         raise UsageError(f"bench -d: unknown type {args.datatype!r} ({', '.join(sorted(DTYPES))})")
     options = BenchOptions.from_settings(
@@ -76,6 +82,7 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
         image=args.image,
         find_slow=args.find_slow,
         find_slow_group=args.group_size,
+        per_node=args.per_node or None,
         environ=dict(os.environ),
         facts=facts,
     )

@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from clusterkit.checks import static_findings
+from clusterkit.checks.fabric import node_fabric_findings
 from clusterkit.checks.gpu_health import drain_notes as gpu_drain_notes
+from clusterkit.checks.links import drain_notes as fabric_drain_notes
 from clusterkit.checks.model import Finding, Status
-from clusterkit.checks.xid import drain_notes
+from clusterkit.checks.xid import drain_notes as xid_drain_notes
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.probe.runner import DEFAULT_INTERPRETER, probe_host
@@ -43,20 +46,13 @@ def run(args: argparse.Namespace) -> ExitStatus:
     # The job's Python, as for any node: not the one clusterkit runs under.
     python = args.python or interpreter or DEFAULT_INTERPRETER
     findings: list[Finding] = []
-    facts = {}
+    facts: dict[str, dict[str, Any]] = {}
     transport = LocalTransport(name)
     try:
         facts[name] = probe_host(transport, python, PROBE_OPTIONS, Deadline.after(args.timeout))
     except TransportError as error:
         findings.append(Finding("probe.ran", Status.ERROR, f"{name}: {error.detail}", hosts=[name]))
-    # Parity needs several nodes: on one node it says nothing.
-    findings += [
-        finding
-        for finding in static_findings(
-            facts, settings.expect, args.settings, busy_mib=settings.gpu_busy_mib
-        )
-        if not finding.id.startswith("parity.")
-    ]
+    findings += node_findings(facts, settings, args.settings)
     report = Report(
         command="node-check",
         inventory=args.settings,
@@ -78,10 +74,28 @@ def run(args: argparse.Namespace) -> ExitStatus:
         action = drain.decide(
             drain.node_state(name),
             failing if status != 0 else [],
-            drain_notes(findings) + gpu_drain_notes(facts.get(name) or {}),
+            node_drain_notes(name, findings, facts.get(name) or {}),
         )
         drain.apply(name, action)
         report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
         print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=sys.stderr)
     emit(report, args.format, args.output, only_problems=args.only_problems)
     return status
+
+
+def node_findings(
+    facts: dict[str, dict[str, Any]], settings: ClusterSettings, settings_path: str | None
+) -> list[Finding]:
+    """The static checks less parity (it needs several nodes), and the fabric checks one node
+    can judge by itself."""
+    static = static_findings(facts, settings.expect, settings_path, busy_mib=settings.gpu_busy_mib)
+    return [f for f in static if not f.id.startswith("parity.")] + node_fabric_findings(facts)
+
+
+def node_drain_notes(name: str, findings: list[Finding], host_facts: dict[str, Any]) -> list[str]:
+    """What each failing device needs, for the drain reason: Xid, memory repair and links."""
+    return (
+        xid_drain_notes(findings)
+        + gpu_drain_notes(host_facts)
+        + fabric_drain_notes(name, host_facts)
+    )

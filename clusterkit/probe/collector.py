@@ -226,6 +226,9 @@ def collect_gpus(options):
     asked = results["fields"]
     names = [OLD_NAME_OF.get(name, name) for name in asked]
     devices = parse_gpu_csv(results["csv"], names)
+    if options.get("gpu_health", True):
+        for device in devices:
+            device["pcie.aer_correctable"] = read_aer_counters(options, device["pci.bus_id"])
     versions = parse_banner(results["banner"])
     return {
         "present": True,
@@ -236,6 +239,34 @@ def collect_gpus(options):
         "cuda_driver": versions["cuda"],
         "nvlink": None,
     }
+
+
+# nvidia-smi's `00000000:4B:00.0`; sysfs names the device `0000:4b:00.0`.
+PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])$")
+
+
+def parse_aer_counters(text):
+    """`/sys/bus/pci/devices/<dev>/aer_dev_correctable` -> {name: count}, names as the kernel
+    prints them (`BadTLP 3`; the ABI document's older sample: `Bad TLP 3`)."""
+    counters = {}
+    for line in text.splitlines():
+        name, _, count = line.strip().rpartition(" ")
+        if name and count.isdigit():
+            counters[name.strip()] = int(count)
+    return counters
+
+
+def read_aer_counters(options, bus_id):
+    """The GPU's correctable PCIe error counts since boot, from sysfs (no nvidia-smi call);
+    None when the kernel keeps none for it (no AER, or firmware-first error handling)."""
+    match = PCI_BUS_ID.match(bus_id or "")
+    if match is None:
+        return None
+    device = "%s:%s:%s.%s" % (bus_id.split(":")[0][-4:].rjust(4, "0"), *match.groups())
+    path = os.path.join(options.get("sysfs", "/sys"), "bus", "pci", "devices", device.lower(),
+                        "aer_dev_correctable")  # fmt: skip
+    text = read_text(path)
+    return parse_aer_counters(text) if text else None
 
 
 # Compute processes on the GPUs (a previous job left running). The name goes last: it may
@@ -686,6 +717,7 @@ KERNEL_LOG_TOOLS = (
     ("journalctl", ["journalctl", "-k", "-b", "-o", "short-iso", "--no-pager",
                     "-n", str(KERNEL_LOG_LINES)]),
 )  # fmt: skip
+XID_MARK = "Xid (PCI:"  # on every Xid and SXid line
 XID_LINE = re.compile(
     r"(?P<kind>S?Xid) \(PCI:(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.0-9A-Fa-f]*\):"
     r" (?P<code>\d{1,6}), (?P<rest>.*)$"
@@ -716,7 +748,7 @@ def parse_kernel_event(line):
     """One kernel log line -> {kind: xid|sxid, pci, code, pid, name, text, time}, or None
     when the line is no Xid/SXid event. pci is `DDDD:BB:DD`, lower case, so it compares
     with nvidia-smi's pci.bus_id."""
-    if "Xid (PCI:" not in line:
+    if XID_MARK not in line:
         return None
     match = XID_LINE.search(line)
     if match is None or (match.group("kind") == "Xid" and "NVRM" not in line):
@@ -743,11 +775,25 @@ def parse_kernel_event(line):
     }
 
 
+def _marked_lines(text):
+    """The lines of `text` holding XID_MARK, as splitlines() would cut them: a healthy log
+    of megabytes has none, and one scan in C finds that without splitting it."""
+    start = text.find(XID_MARK)
+    while start >= 0:
+        begin = text.rfind("\n", 0, start) + 1
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        for line in text[begin:end].splitlines():
+            if XID_MARK in line:
+                yield line
+        start = text.find(XID_MARK, end)
+
+
 def parse_kernel_log(text):
     """The Xid/SXid events of a kernel log: the last MAX_KERNEL_EVENTS, and how many."""
     events = []
     matched = 0
-    for line in text.splitlines():
+    for line in _marked_lines(text):
         event = parse_kernel_event(line)
         if event is not None:
             matched += 1

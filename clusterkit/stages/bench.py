@@ -1,8 +1,11 @@
-"""Stage `bench`: a real all-reduce under torchrun on every node at once (bench/launcher.py)."""
+"""Stage `bench`: real collectives (all_reduce and the others asked for) under torchrun on
+every node at once (bench/launcher.py); then each node alone (--per-node) and groups of
+nodes in rounds (--find-slow)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.checks.model import Finding, Status
@@ -43,6 +46,7 @@ class BenchStage(Stage):
     def run(self, session: Session) -> StageResult:
         from clusterkit.bench.findslow import find_slow_nodes, global_deadline, not_run
         from clusterkit.bench.launcher import launch_bench
+        from clusterkit.bench.pernode import per_node_bench
 
         if session.failures:
             return not_run_after_probe(list(session.failures))
@@ -57,6 +61,16 @@ class BenchStage(Stage):
         findings = list(outcome.findings)
         details = {**bench_details(outcome), "table": outcome.table}
         text = outcome.table.rstrip().splitlines() if outcome.table else []
+        if options.per_node:
+            # Each node alone (names a bad one also when the global run failed); at most
+            # half of what is left when find-slow follows.
+            alone = global_deadline(deadline, replace(options, per_node=False))
+            nodes = per_node_bench(session.transports, session.inventory, options, alone)
+            if nodes.interrupted:
+                raise KeyboardInterrupt
+            findings += nodes.findings
+            details["per_node"] = nodes.details
+            text += nodes.text
         if options.find_slow:
             # The global all-reduce gates; the groups say which node, also when it failed.
             slow = (

@@ -1,7 +1,8 @@
 """The bench across real hosts: network namespaces with sshd, real SSH, real torchrun and gloo.
 
-3 of the cluster's nodes run one CPU rank each (the nodes' GPUs are replayed nvidia-smi
-output; torch sees none, so gloo). Afterwards no process may remain on any node.
+3 of the cluster's nodes run one CPU rank each, or two for --per-node (the nodes' GPUs are
+replayed nvidia-smi output; torch sees none, so gloo). Afterwards no process may remain on
+any node.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from clusterkit.inventory.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
-from tests.support.netcluster import NetCluster
+from tests.support.cpushares import CpuShares
+from tests.support.netcluster import NetCluster, pids_in_netns
 
 pytestmark = pytest.mark.cluster
 
@@ -51,14 +53,15 @@ def _launch(path: Path, seconds: float, **options) -> BenchOutcome:
         connections.close()
 
 
-def assert_nothing_left(cluster: NetCluster) -> None:
-    """No torchrun, rank or node script, and no run directory, left on any node (sshd reaps
+def assert_nothing_left(cluster: NetCluster, run_ids: tuple[str, ...] = ("",)) -> None:
+    """No torchrun, rank or node script, and no run directory (of these runs: other test
+    sessions on this machine may be running their own), left on any node (sshd reaps
     sessions lazily, so give it a few seconds)."""
     deadline = time.monotonic() + 8
     while True:
         leftovers = {n.name: [p.command for p in n.processes()] for n in cluster.nodes}
         leftovers = {name: cmds for name, cmds in leftovers.items() if cmds}
-        run_dirs = glob.glob("/tmp/clusterkit-bench-*")
+        run_dirs = [p for i in run_ids for p in glob.glob(f"/tmp/clusterkit-bench-{i}*")]
         if (not leftovers and not run_dirs) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -172,3 +175,91 @@ def test_killing_the_worker_on_one_node_names_it_and_leaves_nothing(
     assert "rank 1 on node2 died (signal 9 SIGKILL)" in failed.message
     assert outcome.result is None
     assert_nothing_left(cluster)
+
+
+def _bench_cli(path: Path, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    argv = [
+        sys.executable, "-m", "clusterkit", "bench", str(path), "--backend", "gloo",
+        "--ssh-config", "/dev/null", "--format", "json", "--timeout", f"{timeout:g}", *flags,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, check=False)
+
+
+def test_other_collectives_each_print_their_table_and_finding(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    collectives = ("all_gather", "reduce_scatter", "alltoall")
+    done = _bench_cli(
+        _inventory(cluster, tmp_path, bench=SWEEP),
+        "--nproc-per-node", "1", "--min-busbw", "0.0001", "--collective", ",".join(collectives),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    bench = report["details"]["bench"]
+    parts = bench["table"].split("# nccl-tests compatible output")[1:]
+    tables = {parse_table(part)["config"]["collective"]: parse_table(part) for part in parts}
+    assert sorted(tables) == sorted(f"{name}_perf" for name in collectives)
+    findings = {f["id"]: f for f in report["findings"]}
+    result = bench["result"]
+    measured = {one["config"]["collective"]: one for one in [result, *result["more_collectives"]]}
+    for name in collectives:
+        finding, table = findings[f"bench.busbw-{name}"], tables[f"{name}_perf"]
+        one = measured[f"{name}_perf"]
+        if one.get("unsupported"):  # this torch's gloo lacks it: said, not failed
+            assert finding["status"] == "skip" and "not supported" in finding["message"]
+            continue
+        assert finding["status"] == "ok", finding
+        assert finding["message"].startswith(f"{name} busbw "), finding
+        assert one["world_size"] == 3 and one["gate"]["passed"] is True
+        assert [row["size"] for row in table["results"]] == [r["size"] for r in one["results"]]
+        for row in one["results"]:
+            places = [row[place] for place in ("out_of_place", "in_place") if row[place]]
+            assert places and all(p["nwrong"] == 0 and p["bus_bw"] > 0 for p in places), row
+        assert table["out_of_bounds"]["count"] == 0
+    assert findings["bench.correctness"]["status"] == "ok"
+    assert_nothing_left(cluster, (bench["run_id"],))
+
+
+PER_NODE_SLICE = 0.5  # of a core per node, as for find-slow (test_find_slow_cluster.py)
+THROTTLED = "node3"
+
+
+@pytest.mark.slow
+def test_per_node_names_the_throttled_node_alone(cluster: NetCluster, tmp_path: Path) -> None:
+    """3 nodes x 2 gloo ranks, node3 with a quarter of the others' CPU: each node is measured
+    alone, all at once; node3 alone is named, below 0.7 x the median, without pairing."""
+    reason = CpuShares.reason()
+    if reason:
+        pytest.skip(f"needs CPU slices: {reason}")
+    bench = {**SWEEP, "minbytes": "1M", "maxbytes": "1M", "find_slow_seconds": 2}
+    path = _inventory(cluster, tmp_path, bench=bench)
+    with CpuShares(PER_NODE_SLICE, weighted=True) as shares:
+        for node in cluster.nodes[:3]:  # sshd too: the SSH sessions of the run inherit it
+            share = PER_NODE_SLICE / 4 if node.name == THROTTLED else PER_NODE_SLICE
+            shares.confine(node.name, pids_in_netns(node.netns), share)
+        done = _bench_cli(path, "--nproc-per-node", "2", "--per-node", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]  # a node below the median warns
+    report = json.loads(done.stdout)
+    per_node = report["details"]["bench"]["per_node"]
+    found = {f["hosts"][0]: f for f in report["findings"] if f["id"] == "bench.node-busbw"}
+    assert sorted(found) == sorted(per_node["nodes"]) == ["node1", "node2", "node3"]
+    assert per_node["ranks_per_node"] == 2 and per_node["bytes"] == 1 << 20
+    assert per_node["not_ready"] == []  # every node timed together
+    for name, node in per_node["nodes"].items():
+        assert node["busbw"] > 0 and node["error"] is None, per_node
+        assert node["threshold"] is None  # gloo: the median rule only
+        assert node["status"] == found[name]["status"]
+    assert found[THROTTLED]["status"] == "warn", json.dumps(per_node, indent=1)
+    assert per_node["nodes"][THROTTLED]["ratio"] < 0.7
+    assert "node3 alone: busbw" in found[THROTTLED]["message"]
+    assert found["node1"]["status"] == found["node2"]["status"] == "ok", per_node
+    assert_nothing_left(cluster, (report["details"]["bench"]["run_id"], per_node["run_id"]))
+
+
+def test_per_node_with_one_rank_per_node_is_refused(cluster: NetCluster, tmp_path: Path) -> None:
+    done = _bench_cli(_inventory(cluster, tmp_path), "--per-node", "--nproc-per-node", "1")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "clusterkit: error: bench --per-node: needs --nproc-per-node 2 or more, not 1 (one "
+        "rank on a node alone has no bus bandwidth)"
+    ]

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 
 from clusterkit.errors import InventoryError
@@ -94,7 +95,12 @@ def _expected_connection(name: str, hostvars: dict[str, Any]) -> dict[str, Any]:
 
     def last_set(*names: str) -> Any:
         values = [hostvars[n] for n in names if hostvars.get(n) is not None]
-        return values[-1] if values else None
+        if not values:
+            return None
+        value = values[-1]
+        if isinstance(value, str) and "{{" in value:  # the plugin templates it at connect time
+            value = jinja2.Template(value).render({**hostvars, "inventory_hostname": name})
+        return value
 
     key_file = last_set("ansible_private_key_file", "ansible_ssh_private_key_file")
     port = last_set("ansible_port", "ansible_ssh_port")

@@ -149,3 +149,25 @@ def test_an_admin_drain_is_kept_through_an_xid_and_after_it(slurm: SlurmCluster)
     status, report, _ = node_check(slurm, "node3", "--slurm-drain")
     assert status == 0 and report["details"]["slurm"]["action"] == "keep"
     assert slurm.node_state("node3") == ("IDLE+DRAIN", admin)
+
+
+def test_an_nvlink_link_down_drains_naming_gpu_and_link_and_resumes_once_up(
+    slurm: SlurmCluster,
+) -> None:
+    """The node's other GPUs have link 7 up: GPU 4's inactive link 7 is a fault node-check
+    sees alone. Before, node-check ran no NVLink check and the node stayed in service."""
+    node = slurm.net["node3"]
+    links = [26.562] * 18
+    down = [*links[:7], None, *links[8:]]
+    node.set_gpus(nvlink=links, overrides={4: {"nvlink": down}})
+    status, report, _ = node_check(slurm, "node3", "--slurm-drain")
+    assert status == 1 and failing_ids(report) == {"fabric.nvlink-down"}
+    reason = "clusterkit: fabric.nvlink-down; GPU 4 NVLink 7 down needs reset"
+    assert report["details"]["slurm"] == {"node": "node3", "action": "drain", "reason": reason}
+    assert slurm.node_state("node3") == ("IDLE+DRAIN", reason)
+
+    node.set_gpus(nvlink=links)  # the GPU reset: every link up again
+    status, report, _ = node_check(slurm, "node3", "--slurm-drain")
+    assert status == 0 and report["details"]["slurm"]["action"] == "resume"
+    state, reason = slurm.node_state("node3")
+    assert "DRAIN" not in state and reason == "", state  # NOT_RESPONDING may show a moment

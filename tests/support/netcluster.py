@@ -501,7 +501,8 @@ class Node:
         banner: "classic" (Driver Version / CUDA Version) or "r610" (KMD / CUDA UMD Version).
         mode: normal; hang (never returns, like a wedged driver); fail (driver unreachable,
         exit 9); mismatch (NVML driver/library mismatch, exit 18); absent (not on PATH).
-        overrides: {gpu index: {query field: value}} for anything else, e.g. temperature.gpu.
+        overrides: {gpu index: {query field: value}} for anything else, e.g. temperature.gpu
+        (or "nvlink": that GPU's own links).
         processes: compute processes already running, [{"gpu": 0, "pid": 4242, "name": "python",
         "used_memory": 30000}]; their memory counts in the GPU's memory.used.
         nvlink: every GPU's links (GB/s, None = inactive), e.g. [26.562] * 18; None: no NVLink.
@@ -522,7 +523,7 @@ class Node:
             gpus[app["gpu"]]["memory.used"] += app["used_memory"]
         if nvlink is not None:
             for gpu in gpus:
-                gpu["nvlink"] = list(nvlink)
+                gpu.setdefault("nvlink", list(nvlink))  # an override's own links win
         state = {"mode": mode, "banner": banner, "driver": driver, "cuda": cuda, "gpus": gpus}
         if unknown_fields:
             state["unknown_fields"] = list(unknown_fields)

@@ -77,7 +77,9 @@ def test_image_steps_and_cost_prices_end_their_help_with_examples(
 
 def test_bench_help_says_what_it_does() -> None:
     done = run_cli(["bench", "--help"])
-    assert "all-reduce across every node" in done.stdout and "--min-busbw" in done.stdout
+    text = " ".join(done.stdout.split())
+    assert "Run all_reduce (and all_gather, reduce_scatter, alltoall with --collective)" in text
+    assert "across every node" in text and "--min-busbw" in text and "--per-node" in text
 
 
 def test_provision_help_points_to_where_the_tags_are() -> None:

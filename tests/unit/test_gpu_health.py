@@ -17,8 +17,10 @@ from clusterkit.probe.collector import (
     BASE_GPU_FIELDS,
     GPU_FIELDS,
     collect_kernel_log,
+    parse_aer_counters,
     parse_gpu_csv,
     query_gpu_fields,
+    read_aer_counters,
 )
 from clusterkit.slurm.drain import NodeState, decide
 from tests.support import fake_nvidia_smi
@@ -169,3 +171,78 @@ def test_gpu_health_off_asks_only_the_base_fields_and_reads_no_kernel_log(
     (gpu,) = parse_gpu_csv(text, asked)
     assert gpu["pci.bus_id"] == "00000000:1A:00.0" and gpu["remapped_rows.pending"] is None
     assert collect_kernel_log({"gpu_health": False}) is None
+
+
+# -- PCIe replays (AER counters in sysfs) ---------------------------------------------------
+
+# `aer_dev_correctable` as drivers/pci/pcie/aer.c prints it (Linux 4.19+: its short error
+# strings, then the total), and the sample of the kernel's ABI document (older long names).
+AER_KERNEL = (
+    "RxErr 0\nBadTLP {tlp}\nBadDLLP {dllp}\nRollover 0\nTimeout {timeout}\nNonFatalErr 0\n"
+    "CorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR {total}\n"
+)
+AER_ABI_SAMPLE = (
+    "Receiver Error 2\nBad TLP 0\nBad DLLP 0\nRELAY_NUM Rollover 0\nReplay Timer Timeout 0\n"
+    "Advisory Non-Fatal 0\nCorrected Internal Error 0\nHeader Log Overflow 0\nTOTAL_ERR_COR 2\n"
+)
+
+
+def aer_file(root: Path, device: str, text: str) -> Path:
+    folder = root / "bus" / "pci" / "devices" / device
+    folder.mkdir(parents=True)
+    (folder / "aer_dev_correctable").write_text(text)
+    return root
+
+
+def aer_text(tlp: int = 0, dllp: int = 0, timeout: int = 0, rx: int = 0) -> str:
+    text = AER_KERNEL.format(tlp=tlp, dllp=dllp, timeout=timeout, total=tlp + dllp + timeout + rx)
+    return text.replace("RxErr 0", f"RxErr {rx}")
+
+
+def with_aer(text: str, **counters: int) -> list[dict]:
+    devices = parse_gpu_csv(text)
+    devices[0]["pcie.aer_correctable"] = parse_aer_counters(aer_text(**counters))
+    return devices
+
+
+def test_the_probe_reads_aer_counters_by_the_gpus_bus_id(tmp_path: Path) -> None:
+    """nvidia-smi's `00000000:4B:00.0` is sysfs's `0000:4b:00.0`; both kernel spellings read."""
+    root = aer_file(tmp_path, "0000:4b:00.0", aer_text(tlp=3, timeout=90))
+    counters = read_aer_counters({"sysfs": str(root)}, "00000000:4B:00.0")
+    assert counters == {"RxErr": 0, "BadTLP": 3, "BadDLLP": 0, "Rollover": 0, "Timeout": 90,
+                        "NonFatalErr": 0, "CorrIntErr": 0, "HeaderOF": 0,
+                        "TOTAL_ERR_COR": 93}  # fmt: skip
+    assert parse_aer_counters(AER_ABI_SAMPLE)["Replay Timer Timeout"] == 0
+    assert parse_aer_counters(AER_ABI_SAMPLE)["Receiver Error"] == 2
+    assert read_aer_counters({"sysfs": str(root)}, "00000000:19:00.0") is None  # no AER file
+
+
+def test_a_bus_id_that_is_no_bus_id_never_becomes_a_path(tmp_path: Path) -> None:
+    """The bus id comes from the node's nvidia-smi: `..` or a slash must not walk sysfs."""
+    aer_file(tmp_path / "x", "0000:4b:00.0", aer_text(tlp=500))
+    for bus in ("../../x/bus/pci/devices/0000:4b:00.0", "0000:4b:00.0/..", "00000000:4B:00", ""):
+        assert read_aer_counters({"sysfs": str(tmp_path / "a" / "b")}, bus) is None
+
+
+def test_many_replays_warn_naming_gpu_and_counters_and_few_stay_quiet() -> None:
+    hosts = {
+        "node1": {"gpus": {"count": 1, "devices": with_aer(H100_IDLE, tlp=40, timeout=40)}},
+        "node2": {"gpus": {"count": 1, "devices": with_aer(PENDING, tlp=3, dllp=2, timeout=90)}},
+        "node3": {"gpus": {"count": 1, "devices": with_aer(H100_IDLE, rx=5000)}},
+    }
+    (finding,) = [f for f in gpu_health_findings(hosts) if f.id == "gpu.pcie-replay"]
+    assert (finding.status, finding.hosts) == (Status.WARN, ["node2"])
+    assert finding.message.endswith(
+        "node2: GPU 0 (00000000:4B:00.0, serial 1654922000100): 95 PCIe replay errors since "
+        "boot (BadTLP 3, BadDLLP 2, Timeout 90)"
+    )
+    assert "lspci -vv -s 00000000:4B:00.0" in (finding.remedy or "")
+    quiet = {host: hosts[host] for host in ("node1", "node3")}
+    assert [
+        (f.status, f.hosts) for f in gpu_health_findings(quiet) if f.id == "gpu.pcie-replay"
+    ] == [(Status.OK, ["node1", "node3"])]
+
+
+def test_no_aer_counters_anywhere_no_replay_finding() -> None:
+    """A kernel without AER, or firmware-first handling: nothing read, nothing claimed."""
+    assert "gpu.pcie-replay" not in {f.id for f in gpu_health_findings(facts_of(node1=H100_IDLE))}

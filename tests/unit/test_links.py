@@ -204,7 +204,8 @@ def test_healthy_ports_and_an_uncabled_port_everywhere_are_ok(tmp_path: Path) ->
 
 
 def test_a_lone_node_with_a_port_down_fails(tmp_path: Path) -> None:
-    """node-check sees one node: no peers to excuse a port that is down."""
+    """A one-node `check`: no peers to excuse a port that is down (node-check judges a
+    port that never came up more gently: tests/unit/test_nodecheck_fabric.py)."""
     hosts = {"node1": healthy(1)["node1"]}
     hosts["node1"]["infiniband"] = read_ports(
         tmp_path, "n1", {("mlx5_0", "1"): dict(UNCABLED_PORT)}

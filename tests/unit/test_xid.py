@@ -65,6 +65,20 @@ def test_a_flood_keeps_the_last_events_and_counts_all() -> None:
     assert found["events"][-1]["time"] == f"uptime {3 * MAX_KERNEL_EVENTS + 6}.0 s"
 
 
+def test_the_log_scan_finds_the_same_events_as_reading_every_line() -> None:
+    """The scan jumps from mark to mark; lines cut by \\r, CRLF endings, a mark on the
+    first and the last line (no final newline) come out as splitlines() cuts them."""
+    filler = "\n".join(f"[ {i}.5] EXT4-fs (nvme0n1): re-mounted." for i in range(500))
+    text = "\n".join(
+        [f"[ 1.0] {NEW}", filler, f"junk\r[ 2.0] {OLD}\r\n[ 3.0] {APP}", filler, f"[ 4.0] {SXID}"]
+    )
+    every_line = [e for e in map(parse_kernel_event, text.splitlines()) if e is not None]
+    found = parse_kernel_log(text)
+    assert found["events"] == every_line
+    assert [e["time"] for e in every_line] == [f"uptime {n}.0 s" for n in range(1, 5)]
+    assert parse_kernel_log(filler) == {"events": [], "matched": 0}
+
+
 def test_the_catalog_buckets_of_common_codes() -> None:
     table = catalog()
     assert table["source"] and table["date"]
