@@ -67,8 +67,11 @@ def _render(args: argparse.Namespace) -> ExitStatus:
             else:
                 out.print(f"{spec.directory}: rendered files current", markup=False)
             continue
-        for path in write_rendered(spec, lock):
+        written = write_rendered(spec, lock)
+        for path in written:
             out.print(f"wrote {path}", markup=False)
+        if not written:  # say so: silence reads like nothing happened
+            out.print(f"{spec.directory}: rendered files already current", markup=False)
     return status
 
 

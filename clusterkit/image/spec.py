@@ -166,7 +166,10 @@ class _Reader:
             self.fail(
                 key,
                 f"must be a quoted string, got the number {value!r}",
-                hint=f'write it in quotes, e.g. "{value}": YAML reads 3.10 as 3.1',
+                hint=f'write it in quotes, e.g. "{value}"'
+                if isinstance(value, int)
+                else 'write it in quotes as you meant it, e.g. "3.10": YAML reads an unquoted '
+                "3.10 as the number 3.1",
             )
         if not isinstance(value, str):
             self.fail(key, f"must be a string, got {type(value).__name__}")

@@ -91,7 +91,9 @@ def _load(paths: list[str], via_ansible: bool, for_ansible: bool) -> Inventory:
     graph = builder.reconcile()
     path = where
     if not graph.hosts:
-        raise InventoryError(path, "the inventory defines no hosts")
+        # A misspelt key (`hostz:`) is why, more often than not: say what was skipped.
+        skipped = next((w for w in graph.warnings if "unexpected key" in w), None)
+        raise InventoryError(path, "the inventory defines no hosts", hint=skipped)
     resolver = _VarsResolver(graph, base_dirs)
     hosts: list[Host] = []
     settings_source: tuple[str, Any, Origin] | None = None

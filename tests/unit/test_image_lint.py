@@ -147,8 +147,11 @@ def test_render_check_fails_on_a_drifted_dockerfile(spec_copy: Path):
     dockerfile.write_text(dockerfile.read_text() + "RUN pip install --upgrade torch\n")
     done = _cli("render", "--fail-if-stale", str(spec_copy))
     assert done.status == 1 and "drifted: Dockerfile" in done.stdout
-    assert _cli("render", str(spec_copy)).status == 0
+    rendered = _cli("render", str(spec_copy))
+    assert rendered.status == 0 and f"wrote {spec_copy / 'Dockerfile'}" in rendered.stdout
     assert _cli("render", "--fail-if-stale", str(spec_copy)).status == 0
+    again = _cli("render", str(spec_copy))  # nothing to write is said, not left silent
+    assert again.status == 0 and "rendered files already current" in again.stdout
 
 
 def test_bad_spec_is_one_line_and_exit_2(spec_copy: Path):

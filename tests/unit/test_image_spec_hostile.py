@@ -162,7 +162,11 @@ def test_a_lock_edited_by_hand_cannot_put_a_line_into_the_dockerfile(tmp_path: P
         ("created_epoch: 99999999999999\n", "created_epoch: 99999999999999 must lie between"),
         ('glibc: "abc"\n', "glibc: 'abc' must be the base's glibc"),
         ("glibc: 2.35\n", "glibc: must be a quoted string"),
-        ("python: 3.10\n", "python: must be a quoted string"),
+        (
+            "python: 3.10\n",
+            "python: must be a quoted string, got the number 3.1 (write it in quotes as you "
+            'meant it, e.g. "3.10"',
+        ),
         ("created_epoch: 2001-13-01\n", "not valid YAML"),
         ("runtime: [1, 2]\n", "runtime: must be a mapping"),
         ("base: {image: [a]}\n", "base.image: must be a string"),

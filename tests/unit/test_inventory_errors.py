@@ -214,3 +214,13 @@ def test_located_errors_share_one_shape(kind: type[InventoryError] | type[SpecEr
     assert (error.path, error.line, error.key) == ("inv\nentory.yaml", 3, "host\tname")
     assert str(kind("f.yaml", "no line")) == "f.yaml: no line"
     assert isinstance(error, ConfigError) == (kind is SpecError)  # spec errors stay config errors
+
+
+def test_no_hosts_because_of_a_misspelt_key_says_which_key(tmp_path: Path) -> None:
+    """`hostz:` under all: the error names the skipped key, not only "no hosts"."""
+    path = tmp_path / "inventory.yaml"
+    path.write_text("all:\n  hostz:\n    node1:\n")
+    done = run_cli(["check", str(path)])
+    assert done.status == 2
+    assert done.stderr.count("\n") == 1
+    assert "defines no hosts" in done.stderr and "unexpected key 'hostz'" in done.stderr
