@@ -292,6 +292,18 @@ def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _fail_if_stale(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--fail-if-stale, and its old spelling --check (hidden, warns) for one release."""
+    parser.add_argument("--fail-if-stale", action="store_true", help=help_text)
+    parser.add_argument(
+        "--check",
+        dest="fail_if_stale",
+        action=_Deprecated,
+        value=True,
+        replacement="--fail-if-stale",
+    )
+
+
 def _interpreter(value: str) -> str:
     """A Python to run: a path or a name on PATH, never an option or a control character."""
     if not value or value.startswith("-") or not value.isprintable():
@@ -496,16 +508,7 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
         "exact, hashed versions for the image's platform; write image.lock.json beside it.",
     )
     lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
-    lock.add_argument(
-        "--fail-if-stale", action="store_true", help="write nothing; exit 1 when a lock is stale"
-    )
-    lock.add_argument(
-        "--check",
-        dest="fail_if_stale",
-        action=_Deprecated,
-        value=True,
-        replacement="--fail-if-stale",
-    )
+    _fail_if_stale(lock, "write nothing; exit 1 when a lock is stale")
     lock.add_argument(
         "--offline", action="store_true", help="take the base digest from the spec's pin"
     )
@@ -517,16 +520,7 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
         "write.",
     )
     render.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
-    render.add_argument(
-        "--fail-if-stale", action="store_true", help="write nothing; exit 1 on drift"
-    )
-    render.add_argument(
-        "--check",
-        dest="fail_if_stale",
-        action=_Deprecated,
-        value=True,
-        replacement="--fail-if-stale",
-    )
+    _fail_if_stale(render, "write nothing; exit 1 on drift")
     for name, text, description in (
         (
             "build",

@@ -14,8 +14,9 @@ choosing. So here:
   itself, it never writes through it;
 - in a folder others can write to (sticky), an existing file of the same name must be ours.
 
-`write_private_file(path, data)` is the one-call form (an atomic write: the old file stays
-whole until the new one is complete); `PrivateFolder` writes several files into one folder.
+`PrivateFolder.write` is an atomic write: the old file stays whole until the new one is
+complete. (`-o` reports, which may go to a FIFO or a shared artifacts folder, are written by
+clusterkit.report.write_whole instead.)
 """
 
 from __future__ import annotations
@@ -180,15 +181,6 @@ class PrivateFolder:
                 self.child(name),
                 f"exists and belongs to {_user(found.st_uid)}, in a folder others can write to",
             )
-
-
-def write_private_file(path: str | os.PathLike[str], data: str | bytes, mode: int = 0o600) -> Path:
-    """Write `path` atomically (a temporary file in its folder, flushed to disk, renamed over
-    it) with `mode`, its folder checked as PrivateFolder does. A full disk leaves the old file
-    whole and raises OSError; UnsafePathError for a folder or file others could swap."""
-    target = Path(path)
-    with PrivateFolder.open(target.parent, create=False) as folder:
-        return folder.write(target.name, data, mode)
 
 
 def _make_folders(path: Path) -> None:

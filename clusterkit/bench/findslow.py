@@ -88,9 +88,12 @@ def global_deadline(deadline: Deadline, options: BenchOptions) -> Deadline:
     return Deadline(min(deadline.at, time.monotonic() + deadline.remaining() / 2))
 
 
-def not_run(reason: str, hosts: list[str] | None = None) -> FindSlowOutcome:
-    finding = Finding(CHECK, Status.SKIP, f"not run: {reason}", hosts=hosts or [], stage=STAGE)
-    return FindSlowOutcome([finding], {"skipped": reason}, [f"find-slow: not run: {reason}"])
+def not_run(
+    reason: str, hosts: list[str] | None = None, *, check: str = CHECK, what: str = "find-slow"
+) -> FindSlowOutcome:
+    """The outcome of a round-based run (find-slow, per-node) that could not start."""
+    finding = Finding(check, Status.SKIP, f"not run: {reason}", hosts=hosts or [], stage=STAGE)
+    return FindSlowOutcome([finding], {"skipped": reason}, [f"{what}: not run: {reason}"])
 
 
 def find_slow_nodes(

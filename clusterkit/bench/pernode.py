@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from clusterkit.bench import findslow
 from clusterkit.bench.findslow import MIN_ROUND_S, FindSlowOutcome, run_round
 from clusterkit.bench.gate import STAGE, Threshold, detect_fabric, fabric_default
 from clusterkit.bench.launcher import BenchOptions, plan_world
@@ -119,8 +120,7 @@ def _judge(
 
 
 def not_run(reason: str, hosts: list[str] | None = None) -> FindSlowOutcome:
-    finding = Finding(CHECK, Status.SKIP, f"not run: {reason}", hosts=hosts or [], stage=STAGE)
-    return FindSlowOutcome([finding], {"skipped": reason}, [f"per-node: not run: {reason}"])
+    return findslow.not_run(reason, hosts, check=CHECK, what="per-node")
 
 
 def per_node_bench(

@@ -128,6 +128,9 @@ def _label_value(spec: ImageSpec, key: str, value: str) -> str:
     return json.dumps(_checked(spec, f"label {key}", value, grammar.label_value))
 
 
+WHEELHOUSE = "/opt/clusterkit/wheelhouse"  # in the throw-away install stage only
+
+
 def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
     base = _checked(
         spec, "base", f"{lock['base']['image']}@{lock['base']['digest']}", grammar.pinned_image
@@ -142,8 +145,9 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
     copy_wheelhouse = ""
     if spec.wheelhouse:  # every locked wheel lies there (`image lock` fills it): no index
         folder = _checked(spec, "wheelhouse", spec.wheelhouse, grammar.wheelhouse)
-        pip_sources = ["--no-index", "--find-links", "/tmp/wheelhouse"]
-        copy_wheelhouse = f"COPY {folder.rstrip('/')}/ /tmp/wheelhouse/\n"
+        # Root's own folder, not /tmp: nothing another user could have made first.
+        pip_sources = ["--no-index", "--find-links", WHEELHOUSE]
+        copy_wheelhouse = f"COPY {folder.rstrip('/')}/ {WHEELHOUSE}/\n"
     label_lines = [
         f"{key}={_label_value(spec, key, value)}"
         for key, value in sorted(labels(spec, lock).items())

@@ -22,7 +22,6 @@ from clusterkit.safefiles import (
     UnsafePathError,
     name_problem,
     safe_child,
-    write_private_file,
 )
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -115,8 +114,11 @@ def test_a_world_writable_folder_that_is_not_sticky_is_refused(
     plant_link(folder / "node1.sh", victim)
     with pytest.raises(UnsafePathError, match="others can write to this folder"):
         PrivateFolder.open(folder)
-    with pytest.raises(UnsafePathError, match="not sticky"):
-        write_private_file(folder / "node1.sh", "#!/bin/sh\necho owned\n", 0o755)
+    with (
+        pytest.raises(UnsafePathError, match="not sticky"),
+        PrivateFolder.open(folder, create=False) as opened,
+    ):
+        opened.write("node1.sh", "#!/bin/sh\necho owned\n", 0o755)
     assert untouched(victim)
 
 
@@ -174,7 +176,7 @@ def test_a_folder_inside_another_users_folder_is_refused(tmp_path: Path) -> None
 
 
 def _write_under_a_small_file_limit(path: Path, data: str) -> subprocess.CompletedProcess[str]:
-    """write_private_file in a child whose files may not grow past 1000 bytes (a full disk,
+    """PrivateFolder.write in a child whose files may not grow past 1000 bytes (a full disk,
     for that process only: a limit set in the test process would cut pytest's own output)."""
 
     def limit() -> None:
@@ -183,9 +185,12 @@ def _write_under_a_small_file_limit(path: Path, data: str) -> subprocess.Complet
 
     code = (
         "import errno, sys\n"
-        "from clusterkit.safefiles import write_private_file\n"
+        "from pathlib import Path\n"
+        "from clusterkit.safefiles import PrivateFolder\n"
+        "path = Path(sys.argv[1])\n"
         "try:\n"
-        "    write_private_file(sys.argv[1], sys.argv[2], 0o644)\n"
+        "    with PrivateFolder.open(path.parent, create=False) as folder:\n"
+        "        folder.write(path.name, sys.argv[2], 0o644)\n"
         "except OSError as error:\n"
         "    print(errno.errorcode[error.errno])\n"
     )
@@ -198,7 +203,8 @@ def _write_under_a_small_file_limit(path: Path, data: str) -> subprocess.Complet
 
 def test_a_write_that_fails_leaves_the_old_file_whole(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    write_private_file(report, '{"verdict": "pass"}\n', 0o644)
+    with PrivateFolder.open(tmp_path, create=False) as folder:
+        folder.write(report.name, '{"verdict": "pass"}\n', 0o644)
     done = _write_under_a_small_file_limit(report, "x" * 5000)
     assert done.stdout.strip() == "EFBIG", done.stderr
     assert report.read_text() == '{"verdict": "pass"}\n'
