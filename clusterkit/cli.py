@@ -13,6 +13,7 @@ from clusterkit import __version__
 from clusterkit.completion import SHELLS
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
+from clusterkit.launch.spares import NodeCount
 from clusterkit.probe import PROBE_SECONDS
 from clusterkit.status import ExitStatus
 
@@ -82,6 +83,23 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
     return value
+
+
+def _count_or_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1000: {text}")
+    return value
+
+
+def _node_count(text: str) -> NodeCount:
+    try:
+        return NodeCount.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _positive_float(text: str) -> float:
@@ -829,6 +847,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     job.add_argument(
         "--print-dir", metavar="DIR", help="like --print, and write HOST.env and HOST.sh to DIR"
     )
+    _add_resilience(parser)
     watch = parser.add_argument_group("supervision")
     watch.add_argument("--log-dir", metavar="DIR", help="write DIR/HOST-RANK.log and stack dumps")
     watch.add_argument(
@@ -869,6 +888,48 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     _add_bench_gate_options(parser)
     _add_connection_options(parser)
     parser.set_defaults(handler="clusterkit.commands.launch:run", output=None, fix_plan=False)
+
+
+def _add_resilience(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("resilience (docs/launch.md)")
+    group.add_argument(
+        "--nnodes",
+        type=_node_count,
+        default=None,
+        metavar="N|MIN:MAX",
+        help="run on N of the hosts (MAX when that many are healthy, down to MIN); the others "
+        "are spares, and hosts that fail the check are left out (default: every host, all "
+        "must pass)",
+    )
+    group.add_argument(
+        "--max-restarts",
+        type=_count_or_zero,
+        default=0,
+        metavar="K",
+        help="after a node fault (a lost node, a kernel-killed rank, failing hardware): leave "
+        "the node out, take a spare, re-check, run the job again; at most K times (default: 0)",
+    )
+    group.add_argument(
+        "--max-restarts-on-errors",
+        type=_count_or_zero,
+        default=0,
+        metavar="M",
+        help="run the job again after a fault of its own (an exception) at most M times "
+        "(default: 0: a bug is not retried)",
+    )
+    group.add_argument(
+        "--recheck",
+        choices=("fast", "bench"),
+        default="fast",
+        help="what a new node set passes before a restart: probe, static and network checks "
+        "(fast), and the bandwidth test too (bench) (default: fast)",
+    )
+    group.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write the node faults as a trace for `clusterkit cost --trace` (with the "
+        "measured restart time)",
+    )
 
 
 def _add_completion(sub: argparse._SubParsersAction) -> None:

@@ -110,7 +110,7 @@ def build(args: argparse.Namespace, today: date | None = None) -> Estimate:
         gpus_per_node=_count(values, "gpus_per_node", gpus),
         hours=hours,
         checkpoint_h=_minutes(values, "checkpoint_min", DEFAULT_CHECKPOINT_MIN),
-        restart_h=_minutes(values, "restart_min", DEFAULT_RESTART_MIN),
+        restart_h=_restart_hours(values, rate),
         preempt_rate=rate.rate,
         on_demand_price=prices[0],
         spot_price=prices[1],
@@ -275,6 +275,12 @@ def _rate(values: _Values, catalog_bucket: str | None = None) -> RateSource:
             f"{values.flag('preempt_rate')} {_shown(given)}: {LIMITS['preempt_rate'].rule()}"
         )
     return source
+
+
+def _restart_hours(values: _Values, rate: RateSource) -> float:
+    """--restart-min (or the inventory's), else what a launch trace measured, else 10 min."""
+    measured = rate.restart_min
+    return _minutes(values, "restart_min", DEFAULT_RESTART_MIN if measured is None else measured)
 
 
 def _capacity_wait(values: _Values) -> CapacityWait | None:

@@ -12,26 +12,29 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterkit.commands.attempts import Attempts, subset
 from clusterkit.commands.common import checked_session, connect_options, load_target
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import Inventory
+from clusterkit.launch.incidents import restart_minutes, trace_text
 from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_plan, ranks_per_node
 from clusterkit.launch.plan import render_print as render_plan
+from clusterkit.launch.spares import NodeCount, NodePool, problems_by_host
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.net.plan import NetworkOptions
 from clusterkit.probe import PROBE_SECONDS
 from clusterkit.redact import redact_text
-from clusterkit.report import emit
+from clusterkit.report import emit, write_whole
 from clusterkit.report.escape import printable
 from clusterkit.report.progress import progress
 from clusterkit.safefiles import PrivateFolder, UnsafePathError
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.connect import ConnectStage
-from clusterkit.stages.launch import LaunchStage
 from clusterkit.stages.probe import ProbeStage
 from clusterkit.stages.session import NoProgress, SessionOptions
 from clusterkit.status import ExitStatus
@@ -68,35 +71,101 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
 def launch(args: argparse.Namespace, inventory: Inventory, options: SuperviseOptions) -> int:
     gate = open_gate(args, inventory)
     try:
-        if gate.status is not ExitStatus.PASSED:
-            note(f"clusterkit: the check did not pass: nothing was started (exit {gate.status})")
-            return gate.status
+        pool = node_pool(args, inventory, gate)
+        if pool is None:
+            return gate.status if gate.status is not ExitStatus.PASSED else ExitStatus.FAILED
         run_id = uuid.uuid4().hex[:12]
-        settings = launch_settings(args, inventory, gate, run_id)
-        plan = build_plan(settings)
         if args.print or args.print_dir:
-            print_plan(plan, args.print_dir)
+            chosen = subset(inventory, pool.active)
+            print_plan(build_plan(settings_for(args)(chosen, gate.facts, gate.details, run_id)),
+                       args.print_dir)  # fmt: skip
             return ExitStatus.PASSED
         assert gate.session is not None
-        note(
-            f"clusterkit: launching run {run_id} on {counted(len(plan), 'node')} x "
-            f"{counted(settings.nproc_per_node, 'rank')} "
-            f"({gate.how}); master {settings.master_addr}:{settings.master_port}"
-        )
-        stage = LaunchStage(settings, options, gated=not args.no_check, strict=args.strict)
         gate.session.progress = NoProgress()  # the job's own lines are the progress now
-        run_stages(gate.session, [stage])
-        outcome = stage.outcome
+        attempts = Attempts(
+            args, inventory, gate.session, pool, options, run_id, settings_for(args), note
+        )
+        facts, details = gate.facts, gate.details
+        if inventory.master.name not in pool.active:
+            settled = attempts.settle()
+            if settled is None:
+                return ExitStatus.FAILED
+            facts, details = settled
+        note(
+            f"clusterkit: launching run {run_id} on {counted(len(pool.active), 'node')} "
+            f"({gate.how})"
+        )
+        outcome = attempts.run(facts, details)
         if outcome is None:  # the session itself refused: a node is gone since the gate
-            note(f"clusterkit: nothing was started: {gate.session.stages.get('launch')}")
             return ExitStatus.INCOMPLETE
         if outcome.result == "interrupted":
             raise KeyboardInterrupt  # every node is stopped; the entry point names the signal
+        attempts.outcome = outcome
         report_outcome(outcome, options)
+        record_run(args, gate, attempts)
         return outcome.status
     finally:
         if gate.session is not None:
             gate.session.close()
+
+
+def node_pool(args: argparse.Namespace, inventory: Inventory, gate: Gate) -> NodePool | None:
+    """The hosts the job starts on (master first) and the spares; None when the job cannot
+    start. Without --nnodes every host runs and every one must pass; with it, hosts that
+    fail the check are left out, named, as long as enough healthy ones remain."""
+    names = [inventory.master.name, *[h.name for h in inventory.hosts if h is not inventory.master]]
+    count = args.nnodes or NodeCount(len(names), len(names))
+    if count.least > len(names):
+        raise UsageError(
+            f"--nnodes {count}: the inventory has {counted(len(names), 'host')}",
+            hint="give at most as many nodes as there are hosts (the rest are spares)",
+        )
+    pool = NodePool(count, tuple(names))
+    if gate.status is not ExitStatus.PASSED:
+        if args.nnodes is None or gate.session is None:
+            note(f"clusterkit: the check did not pass: nothing was started (exit {gate.status})")
+            return None
+        problems, whole = problems_by_host(gate.session.findings, names, strict=args.strict)
+        for host, error in gate.session.unreachable.items():
+            problems.setdefault(host, [f"unreachable: {error.detail}"])
+        if whole:
+            note(f"clusterkit: the check failed for every node ({whole[0]}): nothing was started")
+            return None
+        for host in pool.exclude(problems):
+            note(printable(f"clusterkit: {host} failed the check, left out: {problems[host][0]}"))
+    pool.fill(first=True)
+    if not pool.enough:
+        note(
+            f"clusterkit: {counted(len(pool.active), 'healthy node')}, --nnodes needs "
+            f"{count.least}: nothing was started"
+        )
+        return None
+    return pool
+
+
+def record_run(args: argparse.Namespace, gate: Gate, attempts: Attempts) -> None:
+    """The incidents: in the JSON report (--check-output), as a trace for `clusterkit cost`
+    (--trace), and the measured restart cost in the form `cost --restart-min` takes."""
+    minutes = restart_minutes(attempts.incidents)
+    if attempts.incidents:
+        note(
+            f"clusterkit: {counted(len(attempts.incidents), 'incident')}, "
+            f"{counted(attempts.attempt + 1, 'attempt')}"
+            + (f"; left out: {', '.join(attempts.pool.excluded)}" if attempts.pool.excluded else "")
+        )
+    if minutes is not None:
+        note(f"clusterkit: measured restart overhead: cost --restart-min {minutes:.2f}")
+    if args.trace:
+        hours = (time.monotonic() - attempts.started) / 3600
+        text = trace_text(attempts.incidents, len(attempts.pool.active), hours)
+        try:
+            write_whole(args.trace, text.encode())
+        except OSError as error:
+            note(printable(f"clusterkit: --trace {args.trace}: not written: {error}"))
+    if args.check_output and gate.session is not None:
+        gate.session.details["launch"] = attempts.details()
+        report = build_report(gate.session, "launch", seconds=0.0, strict=args.strict)
+        emit(report, args.format, args.check_output, only_problems=args.only_problems)
 
 
 def note(text: str) -> None:
@@ -208,19 +277,36 @@ def report_problem(report: Any, age: float, max_age: float, hosts: list[str]) ->
 # --- the plan -----------------------------------------------------------------------------
 
 
+def settings_for(
+    args: argparse.Namespace,
+) -> Callable[[Inventory, Mapping[str, Any], Mapping[str, Any], str], LaunchSettings]:
+    """How each attempt's plan is made from its node set's facts: the flags are fixed."""
+
+    def make(
+        inventory: Inventory, facts: Mapping[str, Any], details: Mapping[str, Any], run_id: str
+    ) -> LaunchSettings:
+        return launch_settings(args, inventory, facts, details, run_id)
+
+    return make
+
+
 def launch_settings(
-    args: argparse.Namespace, inventory: Inventory, gate: Gate, run_id: str
+    args: argparse.Namespace,
+    inventory: Inventory,
+    all_facts: Mapping[str, Any],
+    details: Mapping[str, Any],
+    run_id: str,
 ) -> LaunchSettings:
     settings = inventory.settings
     master = inventory.master
     ordered = [master, *[h for h in inventory.hosts if h is not master]]
-    facts = {h.name: gate.facts[h.name] for h in ordered if gate.facts.get(h.name)}
+    facts = {h.name: all_facts[h.name] for h in ordered if all_facts.get(h.name)}
     torch_versions = {str((f.get("torch") or {}).get("version")) for f in facts.values()}
     torch_versions.discard("None")
     image = settings.image
     return LaunchSettings(
         nodes=tuple(PlanNode(h.name, h.python_interpreter or "python3") for h in ordered),
-        master_addr=master_address(inventory, gate.details),
+        master_addr=master_address(inventory, details),
         master_port=settings.master_port,
         nproc_per_node=ranks_per_node(args.nproc_per_node, settings.expect.gpus_per_node, facts),
         script=tuple(args.job),
@@ -228,7 +314,7 @@ def launch_settings(
         join_timeout=int(args.join_timeout),
         torch_version=min(torch_versions) if len(torch_versions) == 1 else None,
         image=image,
-        image_run_args=image_run_args(settings.image_run_args, gate.details) if image else (),
+        image_run_args=image_run_args(settings.image_run_args, details) if image else (),
         gpus=uses_gpus(settings.expect.gpus_per_node, facts),
         workdir=args.workdir,
         run_id=run_id,
@@ -236,7 +322,7 @@ def launch_settings(
     )
 
 
-def uses_gpus(expected_gpus: int | None, facts: dict[str, dict[str, Any]]) -> bool:
+def uses_gpus(expected_gpus: int | None, facts: Mapping[str, Mapping[str, Any]]) -> bool:
     """Whether the container gets `--gpus all`: any node has GPUs, or, with no facts
     (nothing checked), the inventory expects them."""
     if not facts:
@@ -244,7 +330,7 @@ def uses_gpus(expected_gpus: int | None, facts: dict[str, dict[str, Any]]) -> bo
     return any(int((f.get("gpus") or {}).get("count") or 0) > 0 for f in facts.values())
 
 
-def master_address(inventory: Inventory, details: dict[str, Any]) -> str:
+def master_address(inventory: Inventory, details: Mapping[str, Any]) -> str:
     """The master's address as every node resolved it in the network stage (when they all
     agree), else `clusterkit.master` as written: what the check validated."""
     name = NetworkOptions.from_inventory(inventory).master_name
@@ -259,7 +345,9 @@ def master_address(inventory: Inventory, details: dict[str, Any]) -> str:
     return name
 
 
-def image_run_args(configured: tuple[str, ...] | None, details: dict[str, Any]) -> tuple[str, ...]:
+def image_run_args(
+    configured: tuple[str, ...] | None, details: Mapping[str, Any]
+) -> tuple[str, ...]:
     """clusterkit.image_run_args, else the image's own run flags as the image stage read
     them from its label, else the flags images built by clusterkit carry by default."""
     if configured is not None:

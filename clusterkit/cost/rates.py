@@ -27,6 +27,7 @@ class RateSource:
     origin: str  # "flag", "advisor bucket <5%", "trace FILE", "inventory"
     correlation: float | None = None  # measured from a trace with node names
     note: str | None = None
+    restart_min: float | None = None  # measured restart time (`# restart-min:`, launch's)
 
 
 def bucket_rate(monthly_share: float) -> float:
@@ -73,15 +74,16 @@ def _monthly_share(text: str, number: str) -> RateSource:
     return RateSource(bucket_rate(share), f"monthly interruption share {number}%")
 
 
-_HEADER = re.compile(r"#\s*(nodes|hours)\s*:\s*(\S+)\s*$", re.IGNORECASE)
+_HEADER = re.compile(r"#\s*(nodes|hours|restart-min)\s*:\s*(\S+)\s*$", re.IGNORECASE)
 
 
 def read_trace(path: str) -> RateSource:
     """Rate (and correlation, when lines name nodes) from observed interruptions.
 
     Format: one interruption per line, `TIME [NODE]`, TIME in hours since the observation
-    began or ISO 8601; `# nodes: N` (instances watched, default 1) and `# hours: H`
-    (observation window; default: first to last interruption) headers; other # lines and
+    began or ISO 8601; `# nodes: N` (instances watched, default 1), `# hours: H`
+    (observation window; default: first to last interruption) and `# restart-min: M` (the
+    restart time `clusterkit launch --trace` measured) headers; other # lines and
     blank lines are ignored.
     """
     try:
@@ -116,6 +118,7 @@ def read_trace(path: str) -> RateSource:
         rate,
         f"trace {path} ({len(events)} interruptions, {nodes:g} nodes, {span:.4g} h)",
         correlation=_correlation(events),
+        restart_min=headers.get("restart-min"),
     )
 
 

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 _FAILURE = re.compile(
-    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n[^\n]*?exitcode\s*:\s*(-?\d+)", re.M
+    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n[^\n]*?exitcode\s*:\s*(-?\d+)"
+    r"(?:\s*\(pid:\s*(\d{1,9})\))?",
+    re.M,
 )
 _EXTERNAL_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM}
 _CONSEQUENCE = re.compile(
@@ -34,6 +36,7 @@ class RankExit:
     rank: int
     local_rank: int
     exit_code: int  # torchrun's: negative for a signal
+    pid: int | None = None  # the rank's process on its node (what a kernel log names)
 
     @property
     def signal_name(self) -> str | None:
@@ -50,7 +53,8 @@ def torchrun_failures(text: str) -> list[RankExit]:
     seen: dict[int, RankExit] = {}
     for match in _FAILURE.finditer(text):
         rank = int(match[1])
-        seen.setdefault(rank, RankExit(rank, int(match[2]), int(match[3])))
+        pid = int(match[4]) if match[4] else None
+        seen.setdefault(rank, RankExit(rank, int(match[2]), int(match[3]), pid))
     return list(seen.values())
 
 
@@ -64,6 +68,7 @@ class Failure:
     at: float  # when we learned of it (monotonic)
     last_lines: tuple[str, ...] = ()
     lost: bool = False  # the node itself was lost: no exit status at all
+    pid: int | None = None  # the rank's process on its node, when torchrun named it
 
     @property
     def signal_name(self) -> str | None:
@@ -128,6 +133,13 @@ def node_failures(
         tail = tuple(last_lines.get(-1, ()))
         return [Failure(host, None, torchrun_code, at, tail)]
     return [
-        Failure(host, item.rank, item.exit_code, at, tuple(last_lines.get(item.rank, ())))
+        Failure(
+            host,
+            item.rank,
+            item.exit_code,
+            at,
+            tuple(last_lines.get(item.rank, ())),
+            pid=item.pid,
+        )
         for item in exits
     ]

@@ -85,6 +85,7 @@ class SuperviseOptions:
     log_dir: PrivateFolder | None = None  # checked and held open by the caller
     out: TextIO | None = None  # where `host/rank: line` goes (default: stdout)
     note: Callable[[str], None] = print  # clusterkit's own messages
+    on_running: Callable[[], None] | None = None  # called once every rank has printed
 
 
 @dataclass
@@ -113,6 +114,9 @@ class JobOutcome:
     hang: HangReport | None = None
     node_codes: dict[str, int | None] = field(default_factory=dict)
     seconds: float = 0.0
+    all_failures: list[failures.Failure] = field(default_factory=list)  # every one seen
+    detected_at: float | None = None  # monotonic: the first failure, or the hang, seen
+    running_at: float | None = None  # monotonic: every rank had printed (it runs)
 
 
 @dataclass
@@ -166,6 +170,9 @@ class Supervisor:
         self.hang_reason = ""
         self.interrupted = False
         self.started = time.monotonic()
+        self.ranks_expected = sum(int(item.env.get("NPROC_PER_NODE", "1")) for item in plan)
+        self.ranks_seen: set[tuple[str, int]] = set()
+        self.running_at: float | None = None
 
     # --- the node threads -------------------------------------------------------------
 
@@ -292,8 +299,19 @@ class Supervisor:
         else:
             self.last_lines.setdefault((node.host, rank), deque(maxlen=LAST_LINES)).append(text)
             self.last_progress = time.monotonic()
+            self._seen(node.host, rank)
         if _WATCHDOG.search(text) and not self.hang_reason:
             self.hang_reason = f"NCCL's watchdog reported a timeout on {who}"
+
+    def _seen(self, host: str, rank: int) -> None:
+        """Every rank running is what a restart waits for: say so once."""
+        if self.running_at is not None:
+            return
+        self.ranks_seen.add((host, rank))
+        if len(self.ranks_seen) >= self.ranks_expected:
+            self.running_at = time.monotonic()
+            if self.options.on_running is not None:
+                self.options.on_running()
 
     def _control(self, node: _Node, message: dict[str, Any]) -> None:
         event = message.get("event")
@@ -442,6 +460,13 @@ class Supervisor:
     # --- the verdict --------------------------------------------------------------------
 
     def _outcome(self) -> JobOutcome:
+        outcome = self._verdict()
+        outcome.all_failures = list(self.failures)
+        outcome.detected_at = self.failed_at if self.failed_at is not None else self.dump_since
+        outcome.running_at = self.running_at
+        return outcome
+
+    def _verdict(self) -> JobOutcome:
         codes = {host: node.exit_code for host, node in self.nodes.items()}
         seconds = time.monotonic() - self.started
         if self.interrupted:

@@ -727,6 +727,8 @@ LOG_TIME = re.compile(
     r"^(?:(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)|\[\s*(?P<uptime>\d+\.\d+)\]|"
     r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ [\d:]+ \d{4})\])"
 )
+OOM_MARK = "Killed process "  # the kernel's OOM killer, global or a memory cgroup's
+OOM_KILL = re.compile(r"Killed process (?P<pid>\d{1,9}) \((?P<name>[^)]*)\)")
 # SXid lines that continue the one before (same code), not a new event.
 SXID_CONTINUATION = ("Severity ", "Data {")
 
@@ -775,22 +777,34 @@ def parse_kernel_event(line):
     }
 
 
-def _marked_lines(text):
-    """The lines of `text` holding XID_MARK, as splitlines() would cut them: a healthy log
+def _marked_lines(text, mark=XID_MARK):
+    """The lines of `text` holding `mark`, as splitlines() would cut them: a healthy log
     of megabytes has none, and one scan in C finds that without splitting it."""
-    start = text.find(XID_MARK)
+    start = text.find(mark)
     while start >= 0:
         begin = text.rfind("\n", 0, start) + 1
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
         for line in text[begin:end].splitlines():
-            if XID_MARK in line:
+            if mark in line:
                 yield line
-        start = text.find(XID_MARK, end)
+        start = text.find(mark, end)
+
+
+def parse_oom_kill(line):
+    """A kernel OOM kill (`Out of memory: Killed process 123 (python3) ...`, also from a
+    memory cgroup) -> {pid, name, time}, or None. A launch matches the pid with the rank
+    torchrun reported killed: the kernel, not the job, ended it."""
+    match = OOM_KILL.search(line)
+    if match is None:
+        return None
+    return {"pid": int(match.group("pid")), "name": match.group("name")[:64],
+            "time": _log_time(line)}  # fmt: skip
 
 
 def parse_kernel_log(text):
-    """The Xid/SXid events of a kernel log: the last MAX_KERNEL_EVENTS, and how many."""
+    """The Xid/SXid events of a kernel log: the last MAX_KERNEL_EVENTS, and how many; and
+    the last MAX_KERNEL_EVENTS OOM kills."""
     events = []
     matched = 0
     for line in _marked_lines(text):
@@ -800,7 +814,15 @@ def parse_kernel_log(text):
             events.append(event)
             if len(events) > 2 * MAX_KERNEL_EVENTS:
                 del events[:-MAX_KERNEL_EVENTS]
-    return {"events": events[-MAX_KERNEL_EVENTS:], "matched": matched}
+    kills = []
+    for line in _marked_lines(text, OOM_MARK):
+        kill = parse_oom_kill(line)
+        if kill is not None:
+            kills.append(kill)
+            if len(kills) > 2 * MAX_KERNEL_EVENTS:
+                del kills[:-MAX_KERNEL_EVENTS]
+    return {"events": events[-MAX_KERNEL_EVENTS:], "matched": matched,
+            "oom_kills": kills[-MAX_KERNEL_EVENTS:]}  # fmt: skip
 
 
 def collect_kernel_log(options):

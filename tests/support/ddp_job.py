@@ -6,6 +6,8 @@ wired as planned, then one line per step. Faults on request:
   --sleep-rank R    rank R sleeps before the second step's all_reduce (a hang)
   --signal-rank R   rank R sends itself --signal-name (default SEGV: a crash) after step 0
   --hunt            every rank acts as a hostile job before it starts (see hunt)
+  --checkpoint F    resume from F when it exists (rank 0 writes it after every step), as a
+                    training script must for a restart to go on where the last attempt was
 """
 
 import argparse
@@ -50,6 +52,24 @@ def hunt() -> None:
     )
 
 
+def resume(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The step to start from: the checkpoint's, or 0 when there is none yet."""
+    if not os.path.exists(path):
+        return 0
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+def save(path: str, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Written whole or not at all: a node lost mid-write leaves the last checkpoint."""
+    partial = f"{path}.partial"
+    state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    torch.save(state, partial)
+    os.replace(partial, path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
@@ -61,6 +81,7 @@ def main() -> int:
     parser.add_argument("--signal-name", default="SEGV", help="without SIG")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step")
     parser.add_argument("--hunt", action="store_true", help="act as a hostile job (see hunt)")
+    parser.add_argument("--checkpoint", default=None, help="resume from / save to this file")
     args = parser.parse_args()
     if args.hunt:
         hunt()
@@ -83,7 +104,13 @@ def main() -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.randn(64, 8)
     target = data.sum(dim=1, keepdim=True)
-    for step in range(args.steps):
+    first = resume(args.checkpoint, model, optimizer) if args.checkpoint else 0
+    print(
+        f"start step={first} restart={os.environ.get('CLUSTERKIT_RESTART')} "
+        f"host={os.uname().nodename}",
+        flush=True,
+    )
+    for step in range(first, args.steps):
         if step == 1 and rank == args.fail_rank:
             raise RuntimeError(f"rank {rank} fails on purpose")
         if step == 1 and rank == args.signal_rank:
@@ -97,6 +124,8 @@ def main() -> int:
         loss.backward()
         optimizer.step()
         print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if args.checkpoint and rank == 0:
+            save(args.checkpoint, step + 1, model, optimizer)
         time.sleep(args.step_seconds)
     total = torch.tensor([float(rank)])
     dist.all_reduce(total)

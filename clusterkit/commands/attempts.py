@@ -1,0 +1,285 @@
+"""The attempts of one `clusterkit launch`: run, and on a failure decide, recover, run again.
+
+gate (every host checked) -> the node set (--nnodes: healthy hosts, the rest spares) ->
+attempt: the job on the set -> on failure: every rank already stopped; the fault put down
+to a node or to the job (clusterkit/launch/faults.py) -> a node fault, while --max-restarts
+allows: the node left out, a spare taken, the new set re-checked (probe, static, network,
+and the bench with --recheck bench; a spare that fails is left out too), the master chosen
+among healthy nodes -> the same command again with CLUSTERKIT_RESTART=N. A job fault is run
+again only while --max-restarts-on-errors allows. Without any of these flags the loop runs
+one attempt: the launch as it always was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from clusterkit.commands.common import check_stages
+from clusterkit.inventory.model import Inventory
+from clusterkit.launch.faults import Fault, classify
+from clusterkit.launch.incidents import Incident, restart_minutes
+from clusterkit.launch.plan import LaunchSettings
+from clusterkit.launch.spares import NodePool, problems_by_host
+from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
+from clusterkit.stages import Session, run_stages
+from clusterkit.stages.launch import LaunchStage, outcome_details
+from clusterkit.stages.session import NoProgress, SessionOptions
+
+RECHECK_STAGES = ("probe", "static", "network")  # fast: seconds, not the bench's minutes
+POSTMORTEM_STAGES = ("probe", "static")  # what a failed attempt's survivors say of themselves
+RESTART_VARIABLE = "CLUSTERKIT_RESTART"  # the attempt number, 0 first: resume when > 0
+
+
+@dataclass
+class Attempts:
+    """One launch's attempts over a pool of connected, checked hosts."""
+
+    args: argparse.Namespace
+    inventory: Inventory
+    gate_session: Session  # its transports serve every attempt; closed by the caller
+    pool: NodePool
+    options: SuperviseOptions
+    run_id: str
+    settings_for: Callable[[Inventory, Mapping[str, Any], Mapping[str, Any], str], LaunchSettings]
+    note: Callable[[str], None]
+    incidents: list[Incident] = field(default_factory=list)
+    outcome: JobOutcome | None = None
+    facts: Mapping[str, Any] = field(default_factory=dict)  # of the running node set
+    facts_details: Mapping[str, Any] = field(default_factory=dict)  # its stages' details
+    attempt: int = 0
+    node_restarts: int = 0
+    job_restarts: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def run(self, facts: Mapping[str, Any], details: Mapping[str, Any]) -> JobOutcome | None:
+        """Attempts until one ends for good; the last outcome, or None when the first
+        could not start (a node gone since the gate)."""
+        self.facts, self.facts_details = facts, details
+        while True:
+            session = self._session(self.pool.active)
+            settings = self.settings_for(session.inventory, facts, details, self._run_id())
+            settings = replace(
+                settings, extra_env={**settings.extra_env, RESTART_VARIABLE: str(self.attempt)}
+            )
+            self._announce(settings)
+            outcome = self._run_attempt(session, settings)
+            if outcome is None or outcome.result in ("succeeded", "interrupted"):
+                return outcome
+            self.outcome = outcome
+            next_set = self._recover(outcome)
+            if next_set is None:
+                return outcome
+            self.facts, self.facts_details = next_set
+            facts, details = next_set
+            self.attempt += 1
+
+    # --- one attempt --------------------------------------------------------------------
+
+    def _run_id(self) -> str:
+        return self.run_id if self.attempt == 0 else f"{self.run_id}-{self.attempt}"
+
+    def _announce(self, settings: LaunchSettings) -> None:
+        nodes = [node.name for node in settings.nodes]
+        spares = self.pool.spares
+        what = f"attempt {self.attempt}" if self.attempt else "the job"
+        self.note(
+            f"clusterkit: {what} on {', '.join(nodes)} (master {settings.master_addr}:"
+            f"{settings.master_port})" + (f"; spares: {', '.join(spares)}" if spares else "")
+        )
+
+    def _run_attempt(self, session: Session, settings: LaunchSettings) -> JobOutcome | None:
+        incident = self.incidents[-1] if self.incidents and self.attempt else None
+        options = replace(self.options, on_running=self._on_running(incident))
+        stage = LaunchStage(settings, options, gated=False, strict=self.args.strict)
+        run_stages(session, [stage])
+        if stage.outcome is None:
+            self.note(f"clusterkit: nothing was started: {session.stages.get('launch')}")
+        return stage.outcome
+
+    def _on_running(self, incident: Incident | None) -> Callable[[], None] | None:
+        if incident is None:
+            return None
+
+        def running() -> None:
+            incident.running_s = time.time() - incident.detected
+            self.note(
+                f"clusterkit: recovered: every rank of attempt {self.attempt} runs, "
+                f"{incident.running_s:.1f} s after the fault was detected"
+            )
+
+        return running
+
+    # --- between attempts ---------------------------------------------------------------
+
+    def _recover(self, outcome: JobOutcome) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The facts and details of the node set of the next attempt, or None: stop here."""
+        detected = _wall(outcome.detected_at)
+        survivors = [h for h in self.pool.active if not _lost(outcome, h)]
+        may_restart = self.node_restarts < self.args.max_restarts
+        evidence = self._postmortem(survivors) if may_restart else ({}, {})
+        fault = classify(
+            outcome.all_failures,
+            hang_groups=outcome.hang.groups if outcome.hang else (),
+            hang_missing=outcome.hang.missing if outcome.hang else (),
+            node_problems=evidence[0],
+            oom_pids=evidence[1],
+        )
+        incident = Incident(self.attempt, detected, fault)
+        incident.stop_s = time.time() - detected
+        self.incidents.append(incident)
+        action = self._action(fault)
+        if action is not None:
+            incident.action = action
+            self.note(f"clusterkit: {incident.line()}")
+            return None
+        if not fault.node:
+            self.job_restarts += 1
+            incident.action = f"run again on the same nodes (job restart {self.job_restarts})"
+            self.note(f"clusterkit: {incident.line()}")
+            return dict(self.facts), dict(self.facts_details)
+        self.node_restarts += 1
+        return self._replace_nodes(incident, fault, detected)
+
+    def _action(self, fault: Fault) -> str | None:
+        """Why the run ends here, or None when it goes on."""
+        if fault.node and self.node_restarts >= self.args.max_restarts:
+            return "stop: no node restarts left (--max-restarts)"
+        if not fault.node and self.job_restarts >= self.args.max_restarts_on_errors:
+            return "stop: a job fault is not retried (--max-restarts-on-errors)"
+        return None
+
+    def _replace_nodes(
+        self, incident: Incident, fault: Fault, detected: float
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        incident.excluded = self.pool.exclude({h: [fault.reason] for h in fault.hosts})
+        found = self.settle(incident)
+        incident.recheck_s = time.time() - detected
+        return found
+
+    def settle(
+        self, incident: Incident | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Fill the set from the spares and re-check it until every node passes: its facts
+        and details, or None when too few healthy nodes are left. Also before the first
+        attempt when the gate left the master out: nobody tested the paths to the new one."""
+        while True:
+            taken = self.pool.fill(first=incident is None)
+            if incident is not None:
+                incident.spares += taken
+            if not self.pool.enough:
+                healthy = f"{len(self.pool.active)} healthy nodes left"
+                self._stop(incident, f"{healthy}, --nnodes needs {self.pool.count.least}")
+                return None
+            if incident is not None:
+                incident.action = self._restart_words(incident.excluded, incident.spares)
+                self.note(f"clusterkit: {incident.line()}")
+            session = self._session(self.pool.active, recheck=True)
+            problems, whole = problems_by_host(
+                session.findings, self.pool.active, strict=self.args.strict
+            )
+            if whole:
+                self._stop(incident, f"the re-check failed: {whole[0]}")
+                return None
+            if not problems:
+                return dict(session.facts), dict(session.details)
+            for host, why in problems.items():
+                self.note(f"clusterkit: {host} fails the re-check, left out: {why[0]}")
+            left_out = self.pool.exclude(problems)
+            if incident is not None:
+                incident.excluded += left_out
+
+    def _stop(self, incident: Incident | None, why: str) -> None:
+        if incident is None:
+            self.note(f"clusterkit: {why}: nothing was started")
+            return
+        incident.action = f"stop: {why}"
+        self.note(f"clusterkit: {incident.line()}")
+
+    def _restart_words(self, excluded: Sequence[str], spares: Sequence[str]) -> str:
+        left_out = f"left out {', '.join(excluded)}; " if excluded else ""
+        taken = f"spare {', '.join(spares)} taken; " if spares else "no spare; "
+        return (
+            f"{left_out}{taken}re-checking, then attempt {self.attempt + 1} on "
+            f"{len(self.pool.active)} nodes (node restart {self.node_restarts} of "
+            f"{self.args.max_restarts})"
+        )
+
+    def _postmortem(
+        self, hosts: Sequence[str]
+    ) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
+        """What the nodes still answering say of themselves now: failing checks (a new Xid,
+        a pending remap) and the pids the kernel's OOM killer killed."""
+        if not hosts:
+            return {}, {}
+        session = self._session(hosts, stages=POSTMORTEM_STAGES)
+        problems, _ = problems_by_host(session.findings, hosts, strict=False)
+        kills = {
+            host: [int(k["pid"]) for k in _oom_kills(session.facts.get(host))] for host in hosts
+        }
+        return problems, kills
+
+    def _session(
+        self, hosts: Sequence[str], *, recheck: bool = False, stages: Sequence[str] = ()
+    ) -> Session:
+        """A session over `hosts` on the gate's connections, with `stages` of the check (or
+        the re-check's) run; the master is the inventory's while it is among them."""
+        inventory = subset(self.inventory, hosts)
+        transports = {h: self.gate_session.transports[h] for h in hosts}
+        session = Session(
+            inventory,
+            None,
+            SessionOptions(forks=self.args.forks, skip=frozenset(self.args.skip)),
+            progress=NoProgress(),
+            transports=transports,
+        )
+        wanted = set(stages) or (set(RECHECK_STAGES) if recheck else set())
+        if recheck and self.args.recheck == "bench":
+            wanted.add("bench")
+        if wanted:
+            run_stages(session, [s for s in check_stages(self.args, inventory) if s.name in wanted])
+        return session
+
+    def details(self) -> dict[str, Any]:
+        """The launch's record in the JSON report: the last outcome and every incident."""
+        data: dict[str, Any] = outcome_details(self.outcome) if self.outcome else {}
+        minutes = restart_minutes(self.incidents)
+        data.update(
+            attempts=self.attempt + 1,
+            nodes=list(self.pool.active),
+            excluded=dict(self.pool.excluded),
+            spares_used=list(self.pool.spares_used),
+            incidents=[incident.to_dict() for incident in self.incidents],
+            restart_min=None if minutes is None else round(minutes, 3),
+        )
+        return data
+
+
+def subset(inventory: Inventory, hosts: Sequence[str]) -> Inventory:
+    """The inventory of these hosts only, in their order; when its master is not among
+    them, the first of them is the master (by address, as MASTER_ADDR will name it)."""
+    chosen = tuple(inventory.host(name) for name in hosts)
+    settings = inventory.settings
+    if inventory.master.name not in hosts and chosen:
+        settings = replace(settings, master=chosen[0].address)
+    return replace(inventory, hosts=chosen, settings=settings)
+
+
+def _lost(outcome: JobOutcome, host: str) -> bool:
+    return any(item.lost and item.host == host for item in outcome.all_failures)
+
+
+def _oom_kills(facts: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    log = (facts or {}).get("kernel_log") or {}
+    kills = log.get("oom_kills") if isinstance(log, dict) else None
+    return [k for k in kills or [] if isinstance(k, dict) and isinstance(k.get("pid"), int)]
+
+
+def _wall(monotonic: float | None) -> float:
+    """A monotonic moment as wall clock time (now when unknown)."""
+    if monotonic is None:
+        return time.time()
+    return time.time() - (time.monotonic() - monotonic)
