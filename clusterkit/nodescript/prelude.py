@@ -2,7 +2,7 @@
 interface readers.
 
 Stdlib only, Python 3.8+, and cheap to import: the probe starts once per node per check.
-Never shipped alone: clusterkit/nodescript/compose.py puts this text where a node script says
+Never shipped alone: clusterkit/transport/compose.py puts this text where a node script says
 `from clusterkit.nodescript.prelude import ...`, so the script runs on a node without
 clusterkit, and still imports it as usual where clusterkit is installed (the control side,
 the tests). Everything defined here thus lands in each script's namespace: scripts must not

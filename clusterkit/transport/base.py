@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from clusterkit.errors import TransportError
+
 # Output beyond this is dropped (and `truncated` set): a runaway command must not eat memory.
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 
@@ -51,7 +53,8 @@ class CommandResult:
 
 class RemoteProcess(Protocol):
     """A started command that is talked to while it runs: stdin in, stdout read up to
-    markers, each wait bounded by a deadline. Implementations: SSHProcess, LocalProcess."""
+    markers, each wait bounded by a deadline. Implementations: SSHProcess, LocalProcess,
+    SrunProcess."""
 
     host: str
 
@@ -77,14 +80,15 @@ class RemoteProcess(Protocol):
 
     def finish(self, deadline: Deadline) -> CommandResult:
         """Close stdin and wait for the exit; at the deadline kill the process group and set
-        `timed_out`. Idempotent; raises TransportError when the run was cancelled."""
+        `timed_out`. Idempotent. A cancel raises TransportError in whichever wait it
+        interrupts; `finish` then returns the killed command's result (`timed_out`)."""
         ...
 
 
 class PumpedProcess:
-    """What SSHProcess and LocalProcess share: stdin queued and written while a wait runs,
-    stdout and stderr kept (up to the cap) and stdout read up to markers. A subclass moves
-    the bytes in `_pump`."""
+    """What SSHProcess, LocalProcess and SrunProcess share: stdin queued and written while a
+    wait runs, stdout and stderr kept (up to the cap) and stdout read up to markers. A
+    subclass moves the bytes in `_pump`."""
 
     def __init__(self, host: str, cap: int) -> None:
         self.host, self._cap = host, cap
@@ -137,8 +141,18 @@ class PumpedProcess:
         raise NotImplementedError
 
 
+class CannotRun(TransportError):
+    """The program could not be executed here at all (`start` raises it). `run` reports it
+    as a shell, the ssh wrapper and the srun relay do: exit 127, the reason on stderr."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(host, "protocol", message)
+
+
 class Transport(Protocol):
-    """Runs commands on one host. Implementations: LocalTransport, SSHTransport."""
+    """Runs commands on one host: the contract every stage uses. A transport subclasses it
+    and implements `start` and `close`; `run` is start, send, finish, written here once.
+    Implementations: LocalTransport, SSHTransport, SrunTransport."""
 
     host: str  # inventory name, used in every message
 
@@ -152,8 +166,17 @@ class Transport(Protocol):
     ) -> CommandResult:
         """Run argv (quoted for the remote shell by the transport), feed stdin, and return
         when it exits or the deadline passes; on the deadline the remote process group is
-        killed and `timed_out` is set. Raises TransportError when the host cannot be used."""
-        ...
+        killed and `timed_out` is set (at once, starting nothing, when it has passed
+        already). Raises TransportError when the host cannot be used."""
+        if deadline.expired:
+            return CommandResult(self.host, None, b"", b"", timed_out=True)
+        try:
+            process = self.start(argv, deadline=deadline, output_cap=output_cap)
+        except CannotRun as error:
+            return CommandResult(self.host, 127, b"", error.detail.encode())
+        if stdin:
+            process.send(stdin)
+        return process.finish(deadline)
 
     def start(
         self,
@@ -166,6 +189,11 @@ class Transport(Protocol):
         """Start argv for a conversation (see RemoteProcess); `deadline` bounds its whole
         life on the node, `start_by` (default: deadline) how long we wait for the server to
         start it, and `finish` must be called to end it."""
+        ...
+
+    def cancel(self) -> None:
+        """Ctrl-C: kill every running command's process group; waits raise TransportError
+        ("interrupted") at once. `pool.register_cancellable` is how an interrupt finds it."""
         ...
 
     def close(self) -> None: ...

@@ -11,13 +11,20 @@ import time
 from collections.abc import Callable, Sequence
 
 from clusterkit.errors import TransportError
-from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline, PumpedProcess
+from clusterkit.transport.base import (
+    DEFAULT_OUTPUT_CAP,
+    CannotRun,
+    CommandResult,
+    Deadline,
+    PumpedProcess,
+    Transport,
+)
 from clusterkit.transport.pool import register_cancellable
 
 _CHUNK = 65536
 
 
-class LocalTransport:
+class LocalTransport(Transport):
     def __init__(self, host: str = "localhost", env: dict[str, str] | None = None) -> None:
         self.host = host
         self._env = env
@@ -26,22 +33,6 @@ class LocalTransport:
 
     def cancel(self) -> None:
         self._cancelled.set()
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        deadline: Deadline,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-    ) -> CommandResult:
-        try:
-            process = self.start(argv, deadline=deadline, output_cap=output_cap)
-        except TransportError as error:
-            return CommandResult(self.host, 127, b"", error.detail.encode())
-        if stdin:
-            process.send(stdin)
-        return process.finish(deadline)
 
     def start(
         self,
@@ -62,7 +53,7 @@ class LocalTransport:
                 env=self._env,
             )
         except OSError as error:
-            raise TransportError(self.host, "protocol", f"cannot run {argv[0]}: {error}") from None
+            raise CannotRun(self.host, f"cannot run {argv[0]}: {error}") from None
         return LocalProcess(self, popen, output_cap)
 
     def close(self) -> None:

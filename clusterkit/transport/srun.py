@@ -30,9 +30,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from clusterkit.errors import TransportError
-from clusterkit.nodescript.compose import node_script
 from clusterkit.slurm.hostlist import check_node_name
-from clusterkit.transport.base import DEFAULT_OUTPUT_CAP, CommandResult, Deadline, PumpedProcess
+from clusterkit.transport.base import (
+    DEFAULT_OUTPUT_CAP,
+    CommandResult,
+    Deadline,
+    PumpedProcess,
+    Transport,
+)
+from clusterkit.transport.compose import node_script
 from clusterkit.transport.pool import register_cancellable
 
 STEP_SECONDS = 600.0  # a phase opened without a deadline of its own
@@ -366,7 +372,8 @@ class SrunProcess(PumpedProcess):
             step.send_line("E", self.host, self._cid)
         with step.cond:
             while not done():
-                if step.session.cancelled.is_set():
+                if step.session.cancelled.is_set():  # its step is scancelled: the command dies
+                    self._result = self._outcome(None, bytes(self._err), timed_out=True)
                     raise TransportError(self.host, "interrupted", "interrupted; step cancelled")
                 if self._done or self._gone():
                     return self._closing or done()
@@ -395,8 +402,11 @@ class SrunProcess(PumpedProcess):
         if not self._done and (why := self._gone()):
             err += f"\nsrun: {why}".encode()
             code = 255  # like ssh: the channel went away before the command said how it ended
-        timed_out = not exited or self._killed
-        self._result = CommandResult(
+        self._result = self._outcome(code, err, timed_out=not exited or self._killed)
+        return self._result
+
+    def _outcome(self, code: int | None, err: bytes, *, timed_out: bool) -> CommandResult:
+        return CommandResult(
             self.host,
             None if timed_out else code,
             bytes(self._out),
@@ -405,7 +415,6 @@ class SrunProcess(PumpedProcess):
             truncated=self._truncated,
             duration=time.monotonic() - self._started,
         )
-        return self._result
 
 
 class SrunSession:
@@ -480,11 +489,15 @@ class SrunSession:
         return step
 
     @contextlib.contextmanager
-    def phase(self, name: str, seconds: float = STEP_SECONDS) -> Iterator[SrunStep]:
-        """One step over every node for the commands started inside the block."""
+    def phase(
+        self, name: str, seconds: float = STEP_SECONDS, nodes: Sequence[str] | None = None
+    ) -> Iterator[SrunStep]:
+        """One step over every node (or these `nodes` of the allocation) for the commands
+        started inside the block."""
         # A node where srun could not start an earlier step is left out at once: trying it
         # again would abort the whole step again, after the same wait.
-        hosts = [host for host in self.hosts if host not in self.unlaunchable] or self.hosts
+        wanted = self.hosts if nodes is None else [h for h in self.hosts if h in nodes]
+        hosts = [host for host in wanted if host not in self.unlaunchable] or wanted
         self.current = self.open_step(hosts, name, Deadline.after(seconds))
         try:
             yield self.current
@@ -517,7 +530,7 @@ class SrunSession:
             on_close()
 
 
-class SrunTransport:
+class SrunTransport(Transport):
     """One node of an SrunSession under the Transport contract."""
 
     def __init__(self, host: str, session: SrunSession) -> None:
@@ -560,19 +573,6 @@ class SrunTransport:
                 self.session.close_step(step)
             raise
         return step.start(self.host, argv, deadline, output_cap, own=own)
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        deadline: Deadline,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-    ) -> CommandResult:
-        process = self.start(argv, deadline=deadline, output_cap=output_cap)
-        if stdin:
-            process.send(stdin)
-        return process.finish(deadline)
 
     def close(self) -> None:
         """The session's steps end with its first transport closed: the stages are over."""

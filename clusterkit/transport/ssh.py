@@ -20,6 +20,7 @@ from clusterkit.transport.base import (
     CommandResult,
     Deadline,
     PumpedProcess,
+    Transport,
     remote_command,
     split_pgid,
 )
@@ -251,7 +252,7 @@ def open_client(
     return client
 
 
-class SSHTransport:
+class SSHTransport(Transport):
     """Runs commands over one authenticated paramiko connection (reused by every stage)."""
 
     def __init__(
@@ -275,21 +276,6 @@ class SSHTransport:
         with self._wake_lock:
             if self._wake is not None:
                 os.eventfd_write(self._wake, 1)
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        deadline: Deadline,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-    ) -> CommandResult:
-        if deadline.expired:
-            return CommandResult(self.host, None, b"", b"", timed_out=True)
-        process = self.start(argv, deadline=deadline, output_cap=output_cap)
-        if stdin:
-            process.send(stdin)
-        return process.finish(deadline)
 
     def start(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
 from tests.support.cpushares import CpuShares
-from tests.support.netcluster import NetCluster, pids_in_netns
+from tests.support.netcluster import NetCluster, Node, pids_in_netns
 
 pytestmark = pytest.mark.cluster
 
@@ -152,8 +153,7 @@ def test_killing_the_worker_on_one_node_names_it_and_leaves_nothing(
         end = time.monotonic() + 60
         while time.monotonic() < end:
             files = glob.glob("/tmp/clusterkit-bench-*-n1.*/rank1.kill")
-            if files:
-                time.sleep(8)  # torch imported, group joined, timing under way
+            if files and _measuring(cluster.nodes[1]):  # torch imported, group joined
                 pid = int(Path(files[0]).read_text())
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -175,6 +175,14 @@ def test_killing_the_worker_on_one_node_names_it_and_leaves_nothing(
     assert "rank 1 on node2 died (signal 9 SIGKILL)" in failed.message
     assert outcome.result is None
     assert_nothing_left(cluster)
+
+
+def _measuring(node: Node) -> bool:
+    """The node's rank has moved over a MB to its peers (joining the group and gathering the
+    devices move a few kB): the all-reduces are being timed."""
+    argv = ["ss", "-Htin", "state", "established", "( not sport = :22 and not dport = :22 )"]
+    info = node.exec(argv, check=True).stdout
+    return sum(int(n) for n in re.findall(r"bytes_(?:acked|received):(\d+)", info)) > 2**20
 
 
 def _bench_cli(path: Path, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:

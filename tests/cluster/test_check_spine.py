@@ -285,7 +285,10 @@ def test_large_output_on_both_streams_does_not_deadlock(
         slept = transport.run(["sleep", "60"], deadline=Deadline.after(1.5))
         assert slept.timed_out and slept.exit_code is None
         assert time.monotonic() - started < 10
-        time.sleep(0.3)
+        # sshd reaps its session children asynchronously; look until the node's own
+        # `timeout 2` could be what ended the command.
+        while cluster.nodes[0].processes() and time.monotonic() < started + 2:
+            time.sleep(0.1)
         assert not cluster.nodes[0].processes(), "the timed-out command is still running"
     finally:
         connections.close()

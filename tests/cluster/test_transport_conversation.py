@@ -1,13 +1,17 @@
-"""Talking to a running command (Transport.start): over real SSH to a node, and locally.
+"""One transport contract, run over every transport: SSH to a real node, local, and srun in a
+real Slurm allocation (as testinfra runs its command tests over every backend).
 
-The network stage keeps one process per node across its steps, so a reply must arrive while
-the command still runs, a silent command must not outlive its deadline, and an interrupt must
-kill it on the node.
+`run` feeds stdin and returns the exit; a deadline kills the command where it runs; a spent
+deadline starts nothing; a program that cannot run is exit 127. `start` talks to a running
+command: the network stage keeps one process per node across its steps, so a reply must
+arrive while the command still runs, a silent command must not outlive its deadline, and an
+interrupt must kill it on the node.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +25,10 @@ from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
 from clusterkit.transport.local import LocalTransport
-from tests.support.netcluster import NetCluster
+from clusterkit.transport.srun import SrunSession
+from tests.support.netcluster import NetCluster, Node, unavailable_reason
+from tests.support.slurmcluster import SlurmCluster
+from tests.support.slurmcluster import unavailable_reason as slurm_unavailable_reason
 
 MARK = b"<end>\n"
 # Answers each stdin line with "got LINE" and the marker; exits 7 on "quit", 0 at EOF.
@@ -32,25 +39,64 @@ ECHO = (
     "        sys.stderr.write('asked to quit\\n'); sys.exit(7)\n"
     "    sys.stdout.write('got ' + line.strip() + '\\n<end>\\n'); sys.stdout.flush()\n"
 )
+# Copies stdin to stdout, says so on stderr, exits 3.
+COPY = (
+    "import sys\n"
+    "sys.stdout.buffer.write(sys.stdin.buffer.read())\n"
+    "sys.stderr.write('copied\\n'); sys.exit(3)\n"
+)
+SILENT = "import time\ntime.sleep(120)\n"
 STAMP = "clusterkit-conversation-test"  # names the test's processes on the node
 
+Endpoint = tuple[Transport, Callable[[], list[str]]]
 
-@pytest.fixture(params=["ssh", "local"])
-def endpoint(
-    request: pytest.FixtureRequest, cluster: NetCluster, cluster_inventory: Path
-) -> Iterator[tuple[Transport, Callable[[], list[str]]]]:
+
+@pytest.fixture(scope="module")
+def slurm_node() -> Iterator[SlurmCluster]:
+    """A one-node Slurm of this module's own (tests/slurm builds its cluster in its folder)."""
+    reason = unavailable_reason() or slurm_unavailable_reason()
+    if reason:
+        pytest.skip(f"real Slurm cluster unavailable: {reason}")
+    with NetCluster(1) as net, SlurmCluster(net) as built:
+        yield built
+
+
+@pytest.fixture(params=["ssh", "local", pytest.param("srun", marks=pytest.mark.slurm)])
+def endpoint(request: pytest.FixtureRequest) -> Iterator[Endpoint]:
     """A transport and a function listing the test's processes still alive where it runs."""
     if request.param == "local":
         yield LocalTransport("local"), _local_leftovers
-        return
-    connections = connect_all(
-        load_inventory(cluster_inventory), ConnectOptions(ssh_config="/dev/null")
-    )
+    elif request.param == "srun":
+        yield from _srun_endpoint(request.getfixturevalue("slurm_node"))
+    else:
+        yield from _ssh_endpoint(
+            request.getfixturevalue("cluster"), request.getfixturevalue("cluster_inventory")
+        )
+
+
+def _ssh_endpoint(cluster: NetCluster, inventory: Path) -> Iterator[Endpoint]:
+    connections = connect_all(load_inventory(inventory), ConnectOptions(ssh_config="/dev/null"))
     node = cluster.nodes[0]
     try:
         yield connections.transports[node.name], lambda: [p.command for p in node.processes()]
     finally:
         connections.close()
+
+
+def _srun_endpoint(slurm: SlurmCluster) -> Iterator[Endpoint]:
+    """The node through a session in a running allocation (a step per command, no phase)."""
+    slurm.reset()
+    node = slurm.net.nodes[0]
+    with slurm.allocation(1) as job:
+        session = SrunSession([node.name], job_id=job, env=slurm.env, interpreter=sys.executable)
+        try:
+            yield session.transports()[node.name], lambda: _stamped(node)
+        finally:
+            session.close()
+
+
+def _stamped(node: Node) -> list[str]:
+    return [p.command for p in node.processes() if STAMP in p.command]
 
 
 def _local_leftovers() -> list[str]:
@@ -70,13 +116,47 @@ def _python(script: str) -> list[str]:
 
 
 def _settled(leftovers: Callable[[], list[str]]) -> list[str]:
-    give_up = time.monotonic() + 3
+    give_up = time.monotonic() + 10
     while leftovers() and time.monotonic() < give_up:
-        time.sleep(0.1)  # sshd and the kernel reap asynchronously
+        time.sleep(0.1)  # sshd, slurmstepd and the kernel reap asynchronously
     return leftovers()
 
 
-def test_replies_arrive_while_the_command_runs(endpoint) -> None:
+def test_run_feeds_stdin_and_returns_the_exit(endpoint: Endpoint) -> None:
+    transport, _ = endpoint
+    data = bytes(range(256)) * 1200  # binary, and past the srun transport's inline limit
+    result = transport.run(_python(COPY), stdin=data, deadline=Deadline.after(30))
+    assert (result.exit_code, result.timed_out, result.host) == (3, False, transport.host)
+    assert result.stdout == data
+    assert result.stderr_tail() == "copied"
+
+
+def test_run_kills_a_command_at_its_deadline(endpoint: Endpoint) -> None:
+    transport, leftovers = endpoint
+    started = time.monotonic()
+    result = transport.run(_python(SILENT), deadline=Deadline.after(5))
+    assert result.timed_out and result.exit_code is None
+    assert time.monotonic() - started < 15
+    assert _settled(leftovers) == []
+
+
+def test_run_with_a_spent_deadline_starts_nothing(endpoint: Endpoint) -> None:
+    transport, leftovers = endpoint
+    started = time.monotonic()
+    result = transport.run(_python(SILENT), deadline=Deadline(time.monotonic() - 1))
+    assert result.timed_out and result.exit_code is None and result.stdout == b""
+    assert time.monotonic() - started < 0.5
+    assert leftovers() == []
+
+
+def test_a_program_that_cannot_run_is_exit_127(endpoint: Endpoint) -> None:
+    transport, _ = endpoint
+    result = transport.run(["/nonexistent/clusterkit-tool", STAMP], deadline=Deadline.after(30))
+    assert (result.exit_code, result.timed_out) == (127, False)
+    assert b"/nonexistent/clusterkit-tool" in result.stderr
+
+
+def test_replies_arrive_while_the_command_runs(endpoint: Endpoint) -> None:
     transport, leftovers = endpoint
     process = transport.start(_python(ECHO), deadline=Deadline.after(30))
     process.send(b"one\n")
@@ -91,7 +171,7 @@ def test_replies_arrive_while_the_command_runs(endpoint) -> None:
     assert _settled(leftovers) == []
 
 
-def test_a_command_that_exits_ends_the_wait_at_once(endpoint) -> None:
+def test_a_command_that_exits_ends_the_wait_at_once(endpoint: Endpoint) -> None:
     transport, _ = endpoint
     process = transport.start(_python(ECHO), deadline=Deadline.after(30))
     process.send(b"quit\n")
@@ -103,10 +183,9 @@ def test_a_command_that_exits_ends_the_wait_at_once(endpoint) -> None:
     assert result.stderr_tail() == "asked to quit"
 
 
-def test_a_silent_command_is_killed_at_its_deadline(endpoint) -> None:
+def test_a_silent_command_is_killed_at_its_deadline(endpoint: Endpoint) -> None:
     transport, leftovers = endpoint
-    silent = "import time\ntime.sleep(120)\n"
-    process = transport.start(_python(silent), deadline=Deadline.after(60))
+    process = transport.start(_python(SILENT), deadline=Deadline.after(60))
     started = time.monotonic()
     assert process.expect(MARK, Deadline.after(1.0)) is None
     assert time.monotonic() - started < 4
@@ -116,23 +195,12 @@ def test_a_silent_command_is_killed_at_its_deadline(endpoint) -> None:
     assert _settled(leftovers) == []
 
 
-def test_cancel_kills_a_command_that_is_being_waited_on(
-    cluster: NetCluster, cluster_inventory: Path
-) -> None:
-    connections = connect_all(
-        load_inventory(cluster_inventory), ConnectOptions(ssh_config="/dev/null")
-    )
-    node = cluster.nodes[0]
-    try:
-        transport = connections.transports[node.name]
-        process = transport.start(
-            _python("import time\ntime.sleep(120)\n"), deadline=Deadline.after(60)
-        )
-        threading.Timer(1.0, transport.cancel).start()
-        with pytest.raises(TransportError) as raised:
-            process.expect(MARK, Deadline.after(30))
-        assert raised.value.kind == "interrupted"
-        assert process.finish(Deadline.after(1)).timed_out
-        assert _settled(lambda: [p.command for p in node.processes()]) == []
-    finally:
-        connections.close()
+def test_cancel_kills_a_command_that_is_being_waited_on(endpoint: Endpoint) -> None:
+    transport, leftovers = endpoint
+    process = transport.start(_python(SILENT), deadline=Deadline.after(60))
+    threading.Timer(1.0, transport.cancel).start()
+    with pytest.raises(TransportError) as raised:
+        process.expect(MARK, Deadline.after(30))
+    assert raised.value.kind == "interrupted"
+    assert process.finish(Deadline.after(1)).timed_out
+    assert _settled(leftovers) == []

@@ -26,6 +26,7 @@ HOSTILE_RELAY = """\
 import base64, os, subprocess, sys
 job = os.environ.get("SLURM_JOB_ID", "?")
 os.write(1, f"node1 - ready {job} 0\\nnode2 - ready {job} 0\\n".encode())
+open(__file__ + ".spoke", "w").close()  # the honest nodes wait for this
 genuine = subprocess.Popen([sys.executable, *sys.argv[1:]], stdin=subprocess.PIPE)
 forged = base64.b64encode(b"torch 9.9.9\\n").decode()
 for line in sys.stdin.buffer:
@@ -44,15 +45,17 @@ genuine.wait()
 
 def hostile_interpreter(tmp_path: Path) -> str:
     """An interpreter that is the hostile relay on node2 and Python elsewhere; the honest
-    nodes start a second late, so that node2 speaks first."""
+    nodes start once node2 has spoken (or after 10 s), so that node2 speaks first."""
     relay = tmp_path / "hostile_relay.py"
     relay.write_text(HOSTILE_RELAY)
     python = shlex.quote(sys.executable)
+    spoke = shlex.quote(f"{relay}.spoke")
     wrapper = tmp_path / "python"
     wrapper.write_text(
         "#!/bin/sh\n"
         f'[ "$SLURMD_NODENAME" = node2 ] && exec {python} {shlex.quote(str(relay))} "$@"\n'
-        f'sleep 1; exec {python} "$@"\n'
+        f"i=0; while [ ! -e {spoke} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done\n"
+        f'exec {python} "$@"\n'
     )
     wrapper.chmod(0o755)
     return str(wrapper)
