@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clusterkit import framing
 from clusterkit.bench import gate
+from clusterkit.bench.options import BenchOptions
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
 from clusterkit.transport.base import CommandResult, Deadline
-
-if TYPE_CHECKING:
-    from clusterkit.bench.launcher import BenchOptions
 
 STAGE = "bench"
 NCCL_LOG_BEGIN = "--clusterkit-nccl-log--"

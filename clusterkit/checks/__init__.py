@@ -18,14 +18,13 @@ from clusterkit.checks.health import (
     gpu_presence_findings,
     memory_findings,
 )
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Fix, Status, with_command
 from clusterkit.checks.parity import Facts, parity_findings
 from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
 from clusterkit.checks.xid import xid_findings
 from clusterkit.inventory.model import Expectations
-from clusterkit.provision.remedy import provision_command
 
-__all__ = ["Finding", "Status", "static_findings"]
+__all__ = ["Finding", "Fix", "Status", "static_findings"]
 
 
 def static_findings(
@@ -36,25 +35,22 @@ def static_findings(
     *,
     machine_only: bool = False,
 ) -> list[Finding]:
-    """Every check that needs only the probe's facts, over the hosts that answered."""
-
-    def remedy(tag: str, hosts: list[str]) -> str | None:
-        return provision_command(inventory_path, tag, hosts)
-
+    """Every check that needs only the probe's facts, over the hosts that answered; a fix
+    shows its provisioning command (for `inventory_path`) as the remedy."""
     checks: list[Callable[[], list[Finding]]] = [
-        lambda: parity_findings(facts, remedy),
-        lambda: expectation_findings(facts, expect, remedy),
+        lambda: parity_findings(facts),
+        lambda: expectation_findings(facts, expect),
         lambda: torch_findings(facts, machine_only=machine_only),
-        lambda: driver_cuda_findings(facts, remedy),
-        lambda: gpu_findings(facts, remedy),
+        lambda: driver_cuda_findings(facts),
+        lambda: gpu_findings(facts),
         lambda: gpu_health_findings(facts),
-        lambda: gpu_presence_findings(facts, expect, remedy),
+        lambda: gpu_presence_findings(facts, expect),
         lambda: xid_findings(facts),
         lambda: busy_findings(facts, busy_mib),
         lambda: memory_findings(facts),
         lambda: visibility_findings(facts, expect),
         lambda: arch_findings(facts),
         lambda: cpu_build_findings(facts, expect),
-        lambda: environment_findings(facts, remedy),
+        lambda: environment_findings(facts),
     ]
-    return [finding for check in checks for finding in check()]
+    return [with_command(finding, inventory_path) for check in checks for finding in check()]

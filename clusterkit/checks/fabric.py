@@ -13,9 +13,8 @@ from clusterkit.checks.links import (
     nvlink_down_evidence,
     nvlink_error_findings,
 )
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, Fix, Status, over_hosts, with_command
 from clusterkit.checks.parity import Facts, majority, parity_finding, section
-from clusterkit.provision.remedy import provision_command
 
 
 def nvlink_value(f: Mapping[str, Any]) -> str | None:
@@ -43,6 +42,8 @@ def infiniband_value(f: Mapping[str, Any]) -> str | None:
 
 
 def fabric_findings(facts: Facts, image: str | None, inventory_path: str | None) -> list[Finding]:
+    """Links and ports on every node; with a cluster image, its container toolkit (a fix
+    shows its provisioning command for `inventory_path`)."""
     findings = [
         parity_finding(
             "parity.nvlink",
@@ -59,7 +60,7 @@ def fabric_findings(facts: Facts, image: str | None, inventory_path: str | None)
         *ib_port_findings(facts),
     ]
     if image:
-        findings.append(_container_toolkit(facts, inventory_path))
+        findings.append(with_command(_container_toolkit(facts), inventory_path))
     return findings
 
 
@@ -91,7 +92,7 @@ def _links_down(facts: Facts) -> Finding:
     )
 
 
-def _container_toolkit(facts: Facts, inventory_path: str | None) -> Finding:
+def _container_toolkit(facts: Facts) -> Finding:
     """docker.container-toolkit: a GPU node that runs the cluster image needs the NVIDIA
     container runtime, or `docker run --gpus` fails."""
     missing: dict[str, str] = {}
@@ -127,8 +128,8 @@ def _container_toolkit(facts: Facts, inventory_path: str | None) -> Finding:
             hosts=list(odd),
             expected=common,
             found=odd,
-            remedy=provision_command(inventory_path, "container-toolkit", list(odd))
-            or f"install nvidia-container-toolkit {common} on {', '.join(odd)}",
+            remedy=f"install nvidia-container-toolkit {common} on {', '.join(odd)}",
+            fix=Fix(("container-toolkit",), tuple(odd)),
         )
     return over_hosts(
         "docker.container-toolkit",
@@ -137,6 +138,6 @@ def _container_toolkit(facts: Facts, inventory_path: str | None) -> Finding:
         ok="the NVIDIA container toolkit is installed on every GPU node",
         failed="the cluster image cannot get GPUs (docker run --gpus fails): "
         + "; ".join(f"{h}: {why}" for h, why in missing.items()),
-        remedy=provision_command(inventory_path, "container-toolkit", list(missing))
-        or "install the NVIDIA container toolkit (nvidia-ctk runtime configure)",
+        remedy="install the NVIDIA container toolkit (nvidia-ctk runtime configure)",
+        fix_tag="container-toolkit",
     )

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, parity_finding, section
 from clusterkit.inventory.model import Expectations
 
-Remedy = Callable[[str, list[str]], "str | None"]
 GIB = 1024**3
 LOW_MEMORY_FRACTION = 0.1
 # Variables meant for debugging that slow NCCL down or hang it when left set in production.
@@ -34,12 +33,15 @@ def _per_host(
     ok: str,
     checked: list[str],
     remedy: str | None = None,
+    fix_tag: str | None = None,
     none: str = "no host reports it",
 ) -> Finding:
     if not checked:
         return Finding(check_id, Status.SKIP, f"not checked: {none}")
     failed = f"{what}: {group_hosts(bad)}"
-    return over_hosts(check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy)
+    return over_hosts(
+        check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy, fix_tag=fix_tag
+    )
 
 
 def group_hosts(by_host: dict[str, str]) -> str:
@@ -50,7 +52,7 @@ def group_hosts(by_host: dict[str, str]) -> str:
     return "; ".join(f"{why} on {', '.join(hosts)}" for why, hosts in groups.items())
 
 
-def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
+def gpu_findings(facts: Facts) -> list[Finding]:
     failing = {
         h: f["gpus"]["error"]
         for h, f in facts.items()
@@ -106,13 +108,13 @@ def gpu_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             ok="persistence mode on for every GPU",
             checked=with_gpus,
             none="no host has NVIDIA GPUs",
-            remedy=remedy("nvidia", list(persistence)),
+            fix_tag="nvidia",
         )
     )
     return findings
 
 
-def gpu_presence_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> list[Finding]:
+def gpu_presence_findings(facts: Facts, expect: Expectations) -> list[Finding]:
     """A node without NVIDIA GPUs runs CPU (gloo) jobs only: say so, unless the inventory
     says that is the plan (clusterkit.expect.gpus_per_node: 0)."""
     if expect.gpus_per_node == 0:
@@ -138,9 +140,9 @@ def gpu_presence_findings(facts: Facts, expect: Expectations, remedy: Remedy) ->
             "no NVIDIA GPU, so only CPU (gloo) jobs can run",
             ok="every node has NVIDIA GPUs",
             checked=list(answered),
-            remedy=remedy("nvidia", list(without))
-            or "install the NVIDIA driver, or set clusterkit.expect.gpus_per_node: 0 for a "
+            remedy="install the NVIDIA driver, or set clusterkit.expect.gpus_per_node: 0 for a "
             "CPU cluster",
+            fix_tag="nvidia",
         )
     ]
 
@@ -213,7 +215,7 @@ def clock_problem(clock: Mapping[str, Any]) -> tuple[Status, str] | None:
     return (status, shown) if size > CLOCK_WARN_SECONDS else None
 
 
-def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
+def environment_findings(facts: Facts) -> list[Finding]:
     small_shm: dict[str, str] = {}
     memlock: dict[str, str] = {}
     limits_checked: list[str] = []
@@ -251,7 +253,7 @@ def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             "/dev/shm under 1 GiB (NCCL's shared-memory transport fails to extend it)",
             ok="/dev/shm is at least 1 GiB",
             checked=limits_checked,
-            remedy=remedy("shm", list(small_shm)),
+            fix_tag="shm",
         ),
         _per_host(
             "env.memlock",
@@ -260,7 +262,7 @@ def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             "memlock not unlimited (RDMA memory registration fails or falls back)",
             ok="memlock is unlimited",
             checked=limits_checked,
-            remedy=remedy("limits", list(memlock)),
+            fix_tag="limits",
         ),
         _per_host(
             "env.clock",
@@ -270,7 +272,7 @@ def environment_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
             "credentials and wall-clock deadlines)",
             ok=f"clocks are synchronised, within {CLOCK_WARN_SECONDS:g} s",
             checked=clock_checked,
-            remedy=remedy("time", list(clock_bad)),
+            fix_tag="time",
         ),
         _per_host(
             "env.nccl-debug-vars",

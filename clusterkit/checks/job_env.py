@@ -11,10 +11,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from clusterkit.checks.interfaces import interface_rank
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, section, torch_cuda
 from clusterkit.inventory.model import Inventory
-from clusterkit.net.ifname import interface_rank
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -94,7 +94,7 @@ def _usable(iface: dict[str, Any]) -> bool:
 
 
 def candidate_interfaces(f: dict[str, Any], route: str | None = None) -> list[str]:
-    """Interfaces NCCL or gloo could pick, by kind (net/ifname.py interface_rank): NICs,
+    """Interfaces NCCL or gloo could pick, by kind (checks/interfaces.py interface_rank): NICs,
     bonds, VLANs and IPoIB; virtual ones (a container's veth) only where no NIC is; never
     loopback, bridges, tunnels or container networks, unless it is `route`, the interface
     that carries the traffic to the master."""

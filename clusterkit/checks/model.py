@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -21,6 +23,28 @@ class Status(str, Enum):
 
 
 _RANK = {Status.OK: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+NEEDS_FIX = (Status.FAIL, Status.WARN, Status.ERROR)
+BY_HAND = "; or by hand: "
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What fixes a finding for good: the provisioning playbook's roles with these tags
+    (playbooks/site.yml), run on these hosts. `--fix-plan` lists the commands; the remedy
+    shows the same command."""
+
+    tags: tuple[str, ...]
+    hosts: tuple[str, ...] = ()
+
+    def command(self, inventory_path: str | None) -> str | None:
+        """The `clusterkit provision` line that applies it; None without an inventory file,
+        which the command needs."""
+        if inventory_path is None:
+            return None
+        argv = ["clusterkit", "provision", inventory_path, "--tags", ",".join(self.tags)]
+        if self.hosts:
+            argv += ["--limit", ",".join(self.hosts)]
+        return shlex.join(argv)
 
 
 @dataclass
@@ -33,13 +57,27 @@ class Finding:
     hosts: list[str] = field(default_factory=list)
     expected: Any = None
     found: Any = None
-    remedy: str | None = None
+    remedy: str | None = None  # what a person does; with a fix, its command (see with_command)
     stage: str = "static"
+    fix: Fix | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        del data["fix"]  # the JSON shows it as the remedy's command (docs/report.md)
         return data
+
+
+def with_command(
+    finding: Finding, inventory_path: str | None, *, then_by_hand: bool = False
+) -> Finding:
+    """The finding with its fix's provisioning command as the remedy: instead of what it said
+    to do by hand, or before it (`then_by_hand`). Unchanged without a fix or an inventory."""
+    command = finding.fix.command(inventory_path) if finding.fix else None
+    if command is None:
+        return finding
+    by_hand = BY_HAND + finding.remedy if then_by_hand and finding.remedy else ""
+    return dataclasses.replace(finding, remedy=command + by_hand)
 
 
 def over_hosts(
@@ -52,9 +90,11 @@ def over_hosts(
     status: Status = Status.FAIL,
     expected: Any = None,
     remedy: str | None = None,
+    fix_tag: str | None = None,
 ) -> Finding:
     """The one shape of a check over many hosts: OK on every checked host, or `status` on the
-    hosts in `bad` (host -> what was found there, which becomes the finding's `found`).
+    hosts in `bad` (host -> what was found there, which becomes the finding's `found`), fixed
+    on those hosts by the playbook's `fix_tag` where one is named.
     Over no host at all it is skipped: nothing checked is never an OK."""
     if not checked and not bad:
         return Finding(check_id, Status.SKIP, "not checked: no host reported facts")
@@ -70,4 +110,5 @@ def over_hosts(
         expected=expected,
         found=dict(bad),
         remedy=remedy,
+        fix=Fix((fix_tag,), tuple(bad)) if fix_tag else None,
     )

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, Fix, Status, over_hosts
 from clusterkit.words import counted
 
 Facts = Mapping[str, Mapping[str, Any]]
@@ -93,13 +93,13 @@ def parity_finding(
     )
 
 
-def parity_findings(facts: Facts, remedy: Callable[[str, list[str]], str | None]) -> list[Finding]:
+def parity_findings(facts: Facts) -> list[Finding]:
     findings = []
     for check_id, what, extract, tag in PARITY:
         values = {host: extract(f) for host, f in facts.items()}
         values = {host: value for host, value in values.items() if value is not None}
         finding = parity_finding(check_id, what, values)
         if finding.status is Status.FAIL and tag:
-            finding.remedy = remedy(tag, finding.hosts)
+            finding.fix = Fix((tag,), tuple(finding.hosts))
         findings.append(finding)
     return findings

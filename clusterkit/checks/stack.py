@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, Fix, Status, over_hosts
 from clusterkit.checks.parity import Facts, nccl_version, section
 from clusterkit.inventory.model import Expectations
 from clusterkit.versions import (
@@ -16,8 +16,6 @@ from clusterkit.versions import (
     parse_version,
 )
 
-Remedy = Callable[[str, list[str]], "str | None"]
-
 PINS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], Any], str | None], ...] = (
     ("driver", "NVIDIA driver", lambda f: section(f, "gpus").get("driver"), "nvidia"),
     ("torch", "torch", lambda f: section(f, "torch").get("version"), None),
@@ -26,7 +24,7 @@ PINS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], Any], str | None], ...
 )
 
 
-def expectation_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> list[Finding]:
+def expectation_findings(facts: Facts, expect: Expectations) -> list[Finding]:
     """One finding per pin that is set; a host that cannot report the value fails the pin."""
     findings = []
     if expect.gpus_per_node is not None:
@@ -39,7 +37,6 @@ def expectation_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> 
                 counts,
                 lambda v: v == expect.gpus_per_node,
                 None,
-                remedy,
             )
         )
     for key, what, extract, tag in PINS:
@@ -48,9 +45,7 @@ def expectation_findings(facts: Facts, expect: Expectations, remedy: Remedy) -> 
             continue
         constraint = Constraint(str(wanted))
         values = {h: extract(f) for h, f in facts.items()}
-        findings.append(
-            _pin(f"expect.{key}", what, str(wanted), values, constraint.matches, tag, remedy)
-        )
+        findings.append(_pin(f"expect.{key}", what, str(wanted), values, constraint.matches, tag))
     if expect.cuda is not None:
         findings.append(_cuda_pin(facts, str(expect.cuda)))
     return findings
@@ -63,7 +58,6 @@ def _pin(
     values: Mapping[str, Any],
     ok: Callable[[Any], bool],
     tag: str | None,
-    remedy: Remedy,
 ) -> Finding:
     bad = {h: v for h, v in values.items() if not ok(v)}
     described = ", ".join(f"{h} has {v if v is not None else 'none'}" for h, v in bad.items())
@@ -74,7 +68,7 @@ def _pin(
         ok=f"{what} matches {wanted} on every host",
         failed=f"{what} does not match {wanted}: {described}",
         expected=wanted,
-        remedy=remedy(tag, list(bad)) if tag and bad else None,
+        fix_tag=tag,
     )
 
 
@@ -216,7 +210,7 @@ def driver_verdict(
     return Status.OK, ""
 
 
-def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
+def driver_cuda_findings(facts: Facts) -> list[Finding]:
     """Each node's driver against the CUDA its torch was built for (NVIDIA's table)."""
     verdicts: dict[Status, dict[str, str]] = {Status.FAIL: {}, Status.WARN: {}}
     checked: list[str] = []
@@ -247,7 +241,7 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
                 "driver too old for torch's CUDA: " + _describe(too_old),
                 hosts=list(too_old),
                 found=too_old,
-                remedy=remedy("nvidia", list(too_old)),
+                fix=Fix(("nvidia",), tuple(too_old)),
             )
         ]
     if warned:
@@ -258,7 +252,7 @@ def driver_cuda_findings(facts: Facts, remedy: Remedy) -> list[Finding]:
                 "driver below full compatibility: " + _describe(warned),
                 hosts=list(warned),
                 found=warned,
-                remedy=remedy("nvidia", list(warned)),
+                fix=Fix(("nvidia",), tuple(warned)),
             )
         ]
     return [

@@ -7,9 +7,8 @@ import sys
 import time
 from typing import TextIO
 
-from clusterkit.checks.model import Status
+from clusterkit.checks.model import NEEDS_FIX
 from clusterkit.commands.common import checked_session, load_targets, machine_only
-from clusterkit.provision.remedy import command_of
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
 from clusterkit.slurm.check import write_exclude_file
@@ -42,8 +41,7 @@ def fix_plan(report: Report) -> list[str]:
         dict.fromkeys(
             command
             for f in report.findings
-            if (command := command_of(f.remedy))
-            and f.status in (Status.FAIL, Status.WARN, Status.ERROR)
+            if f.fix and f.status in NEEDS_FIX and (command := f.fix.command(report.inventory))
         )
     )
 

@@ -24,10 +24,10 @@ from clusterkit.inventory.connection import connection_fields
 from clusterkit.inventory.graph import GraphBuilder, InventoryGraph, Origin, VarLayer
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
 from clusterkit.inventory.names import host_name_problem, hostname_problem, username_problem
-from clusterkit.inventory.settings import VARIABLE, parse_settings
 from clusterkit.inventory.sources import NeedsAnsible, add_source, vars_base_dir
 from clusterkit.inventory.varsfiles import VarsDirectory
 from clusterkit.inventory.viaansible import add_listing, list_with_ansible, unasked
+from clusterkit.settings import VARIABLE, parse_settings
 
 
 def load_inventory(

@@ -20,8 +20,8 @@ from typing import Any
 
 from clusterkit.errors import ConfigError, UsageError
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
-from clusterkit.inventory.settings import VARIABLE, parse_settings
 from clusterkit.inventory.yamlfile import load_yaml
+from clusterkit.settings import VARIABLE, parse_settings
 from clusterkit.slurm.hostlist import NODE_NAME, check_node_name, expand_hostlist
 
 SLURM_SECONDS = 15.0  # sinfo / scontrol answer from slurmctld: bounded like any remote call

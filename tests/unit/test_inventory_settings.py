@@ -18,7 +18,7 @@ from clusterkit.inventory.model import (
     NetworkSettings,
     ProbeSettings,
 )
-from clusterkit.inventory.settings import SECTIONS, TOP_RULES, field_names
+from clusterkit.settings.schema import SECTIONS, TOP_RULES, field_names
 from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""Remedies name playbook tags that exist, and every playbook tag is one provision accepts."""
+"""Remedies name playbook tags that exist, every playbook tag is one provision accepts, and
+`--fix-plan` lists the findings' fixes, never text that merely reads like a command."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ from pathlib import Path
 
 import yaml
 
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks import static_findings
+from clusterkit.checks.model import BY_HAND, Finding, Fix, Status
 from clusterkit.checks.parity import PARITY
 from clusterkit.checks.stack import PINS
-from clusterkit.provision.remedy import BY_HAND, STAGE_FIXES, TAGS, command_of, with_stage_fixes
+from clusterkit.commands.check import fix_plan
+from clusterkit.inventory.model import Expectations
+from clusterkit.provision.remedy import STAGE_FIXES, TAGS, with_stage_fixes
+from clusterkit.report import Report
+from tests.unit.test_checks import healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "playbooks" / "site.yml"
@@ -23,12 +29,13 @@ def playbook_tags() -> set[str]:
 
 def remedy_tags() -> set[str]:
     """Every tag a remedy can name: the check tables, the stage map, and each literal
-    remedy("tag", ...) / "(playbook tag: X)" in the source."""
+    fix_tag="tag" / Fix(("tag", ...) / "(playbook tag: X)" in the source."""
     tags = {tag for *_, tag in PARITY if tag} | {tag for *_, tag in PINS if tag}
     tags |= set(STAGE_FIXES.values())
     for path in (ROOT / "clusterkit").rglob("*.py"):
         text = path.read_text()
-        tags |= set(re.findall(r"\bremedy\(\s*\"([\w-]+)\"", text))
+        tags |= set(re.findall(r"\bfix_tag=\"([\w-]+)\"", text))
+        tags |= set(re.findall(r"\bFix\(\(\"([\w-]+)\"", text))
         tags |= set(re.findall(r"playbook tag: ([\w-]+)", text))
     return tags
 
@@ -60,20 +67,52 @@ def test_stage_findings_get_the_exact_command_and_keep_the_manual_way() -> None:
         "clusterkit provision '/srv/my inventory.yaml' --tags firewall --limit node3" + BY_HAND
     )
     assert "iptables -I INPUT" in fixed.remedy
-    assert command_of(fixed.remedy) == (
-        "clusterkit provision '/srv/my inventory.yaml' --tags firewall --limit node3"
-    )
+    assert fixed.fix == Fix(("firewall",), ("node3",))
 
 
 def test_image_driver_names_the_nvidia_role() -> None:
     finding = Finding("image.driver", Status.FAIL, "x", hosts=["a", "b"], stage="image",
                       remedy="upgrade the NVIDIA driver (playbook tag: nvidia)")  # fmt: skip
     (fixed,) = with_stage_fixes([finding], "inv.yaml")
-    assert command_of(fixed.remedy) == "clusterkit provision inv.yaml --tags nvidia --limit a,b"
+    command = "clusterkit provision inv.yaml --tags nvidia --limit a,b"
+    assert fixed.fix is not None and fixed.fix.command("inv.yaml") == command
+    assert fixed.remedy.startswith(command + BY_HAND)
 
 
 def test_no_command_without_an_inventory_or_for_passing_findings() -> None:
     assert with_stage_fixes([_firewall()], None)[0].remedy.startswith("on node3")
-    assert command_of(with_stage_fixes([_firewall(Status.OK)], "inv.yaml")[0].remedy) is None
+    passing = with_stage_fixes([_firewall(Status.OK)], "inv.yaml")[0]
+    assert passing.fix is None and passing.remedy.startswith("on node3")
     mtu = Finding("net.mtu", Status.WARN, "x", hosts=["a"], remedy="ip link set ...")
     assert with_stage_fixes([mtu], "inv.yaml")[0].remedy == "ip link set ..."  # no role for it
+
+
+def _report(*findings: Finding) -> Report:
+    return Report("check", "inv.yaml", list(findings), {})
+
+
+def test_fix_plan_lists_the_fixes_not_remedy_text_that_reads_like_a_command() -> None:
+    """A remedy is free text (a stage may quote what a node said): one that starts like a
+    provisioning command must not become a line of the plan; a fix always does."""
+    lookalike = Finding("net.mtu", Status.WARN, "x", hosts=["a"],
+                        remedy="clusterkit provision /tmp/evil.yaml --tags base")  # fmt: skip
+    fixed = Finding("gpu.persistence", Status.WARN, "x", hosts=["a"], remedy="by hand",
+                    fix=Fix(("nvidia",), ("a",)))  # fmt: skip
+    passing = Finding("env.shm", Status.OK, "x", fix=Fix(("shm",), ("b",)))
+    plan = fix_plan(_report(lookalike, fixed, passing, fixed))
+    assert plan == ["clusterkit provision inv.yaml --tags nvidia --limit a"]
+
+
+def test_fix_plan_is_empty_without_an_inventory_to_name() -> None:
+    fixed = Finding("env.shm", Status.WARN, "x", hosts=["a"], fix=Fix(("shm",), ("a",)))
+    assert fix_plan(Report("check", None, [fixed], {})) == []
+
+
+def test_static_remedies_are_their_fixes_commands() -> None:
+    """What users read and what --fix-plan runs come from the same Fix."""
+    findings = static_findings(healthy(1, node2="env-bad"), Expectations(), "inv.yaml")
+    fixes = {f.id: (f, f.fix) for f in findings if f.fix}
+    assert {"env.shm", "env.memlock"} <= set(fixes)
+    for finding, fix in fixes.values():
+        assert finding.remedy == fix.command("inv.yaml")
+        assert fix.hosts == tuple(finding.hosts) == ("node2",)

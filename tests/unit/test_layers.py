@@ -1,0 +1,247 @@
+"""Imports point one way: every module of clusterkit/ sits in a layer and imports only from
+its own layer or those below, and no modules import each other, directly or round a loop.
+
+Every import counts: at module level, inside functions and under TYPE_CHECKING. The layers
+are written down here and in docs/architecture.md ("Layers"), bottom first.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "clusterkit"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+# Bottom first. An entry is one module ("clusterkit.cli") or a package with everything in it
+# ("clusterkit.checks.*"); the most specific entry that matches gives a module its layer.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Shipped to nodes that may lack clusterkit: the standard library only, and the version.
+    ("node", (
+        "clusterkit", "clusterkit.nodescript.prelude", "clusterkit.probe.collector",
+        "clusterkit.net.node", "clusterkit.image.node", "clusterkit.launch.node",
+        "clusterkit.slurm.relay", "clusterkit.bench.worker",
+    )),
+    # Shared and pure: errors, exit statuses, words, escaping, versions, private run folders.
+    ("base", (
+        "clusterkit.errors", "clusterkit.status", "clusterkit.words", "clusterkit.redact",
+        "clusterkit.framing", "clusterkit.keyfiles", "clusterkit.versions", "clusterkit.rundir",
+        "clusterkit.safefiles", "clusterkit.logs", "clusterkit.data.*",
+        "clusterkit.report.escape",  # every layer prints node text safely
+        "clusterkit.slurm.hostlist",  # Slurm's node-name grammar, which the srun transport needs
+    )),
+    # The Inventory model and its readers, the transports, and how scripts reach a node.
+    ("wire", ("clusterkit.inventory.*", "clusterkit.transport.*", "clusterkit.nodescript.*")),
+    # Pure functions over facts, and the Finding (with its Fix) that everything speaks.
+    ("checks", ("clusterkit.checks.*",)),
+    # What a stage is and what the stages of one command share.
+    ("stage contract", ("clusterkit.stages.base", "clusterkit.stages.session")),
+    ("features", (
+        "clusterkit.probe.*", "clusterkit.net.*", "clusterkit.bench.*", "clusterkit.image.*",
+        "clusterkit.cost.*", "clusterkit.provision.*", "clusterkit.launch.*",
+    )),
+    # The `clusterkit` variable's schema checks values with the features' own parsers; the
+    # loader types it while reading the inventory (the package re-exports load_inventory).
+    ("settings", ("clusterkit.settings.*", "clusterkit.inventory.loader", "clusterkit.inventory")),
+    ("report", ("clusterkit.report.*",)),
+    # The stage adapters and runner; Slurm wraps stages in job steps.
+    ("stages", ("clusterkit.stages.*", "clusterkit.slurm.*")),
+    # Argument definitions: commands are dispatched by name, never imported here.
+    ("cli", ("clusterkit.cli", "clusterkit.completion")),
+    ("commands", ("clusterkit.commands.*",)),
+    ("entry", ("clusterkit.__main__",)),
+)  # fmt: skip
+
+# Imports that still point up, each with why it is allowed for now: (importer, imported).
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path: Path) -> set[str]:
+    """The clusterkit modules `name` imports anywhere in its file (a name imported from a
+    package is its submodule where one exists, else the package)."""
+    known = modules()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                targets.add(full if full in known else base)
+    found = set()
+    for target in targets:
+        while target not in known and "." in target:
+            target = target.rpartition(".")[0]
+        if target in known and target != name:
+            found.add(target)
+    return found
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    return {name: frozenset(imported(name, path)) for name, path in modules().items()}
+
+
+def layer_of(name: str) -> int | None:
+    """The index of the most specific entry matching `name` (an exact module beats a
+    package, a deeper package beats a shallower one); None when no entry matches."""
+    best: tuple[int, int] | None = None  # (specificity, layer)
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if entry == name:
+                rank = 1000
+            elif entry.endswith(".*") and (name + ".").startswith(entry[:-1]):
+                rank = entry.count(".")
+            else:
+                continue
+            if best is None or rank > best[0]:
+                best = (rank, index)
+    return None if best is None else best[1]
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = [name for name in modules() if layer_of(name) is None]
+    assert not missing, f"add these to LAYERS in {Path(__file__).name}: {missing}"
+
+
+def upward_imports() -> dict[tuple[str, str], str]:
+    found = {}
+    for name, targets in graph().items():
+        own = layer_of(name)
+        for target in targets:
+            theirs = layer_of(target)
+            if own is not None and theirs is not None and theirs > own:
+                found[(name, target)] = f"{LAYERS[own][0]} -> {LAYERS[theirs][0]}"
+    return found
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    upward = {pair: why for pair, why in upward_imports().items() if pair not in EXCEPTIONS}
+    lines = [f"{a} imports {b} ({why})" for (a, b), why in sorted(upward.items())]
+    assert not lines, "\n".join(lines)
+
+
+def test_every_exception_still_happens() -> None:
+    stale = set(EXCEPTIONS) - set(upward_imports())
+    assert not stale, f"remove from EXCEPTIONS, they no longer import upward: {sorted(stale)}"
+
+
+def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The groups of modules that reach each other through imports: the strongly connected
+    components of more than one module (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_modules_import_each_other() -> None:
+    loops = cycles(graph())
+    assert not loops, "modules that import each other: " + "; ".join(map(" <-> ".join, loops))
+
+
+def test_the_cycle_finder_finds_pairs_and_loops() -> None:
+    edges = {
+        "a": frozenset({"b"}), "b": frozenset({"a"}),  # a pair
+        "c": frozenset({"d"}), "d": frozenset({"e"}), "e": frozenset({"c"}),  # a loop of three
+        "f": frozenset({"a", "c"}),  # reaches both, is in neither
+    }  # fmt: skip
+    assert sorted(cycles(edges)) == [["a", "b"], ["c", "d", "e"]]
+
+
+def test_imports_anywhere_in_a_file_count(tmp_path: Path) -> None:
+    """The graph sees what every import statement says: in a function, under TYPE_CHECKING,
+    a module imported from its package, and relative imports."""
+    path = tmp_path / "probe.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from clusterkit import framing\n"
+        "import clusterkit.report.escape\n"
+        "from . import words\n"
+        "from .bench import gate\n"
+        "if TYPE_CHECKING:\n"
+        "    from clusterkit.stages.session import Session\n"
+        "def later():\n"
+        "    from clusterkit.checks.model import Finding\n"
+    )
+    assert imported("clusterkit.probe_here", path) == {
+        "clusterkit.framing",
+        "clusterkit.report.escape",
+        "clusterkit.words",
+        "clusterkit.bench.gate",
+        "clusterkit.stages.session",
+        "clusterkit.checks.model",
+    }
+
+
+def layer_name(module: str) -> str | None:
+    index = layer_of(module)
+    return None if index is None else LAYERS[index][0]
+
+
+def test_layer_matching_prefers_the_most_specific_entry() -> None:
+    assert layer_name("clusterkit.inventory.model") == "wire"
+    assert layer_name("clusterkit.inventory.loader") == "settings"
+    assert layer_name("clusterkit.inventory") == "settings"
+    assert layer_name("clusterkit.report.escape") == "base"
+    assert layer_name("clusterkit.report.text") == "report"
+    assert layer_name("clusterkit.stages.base") == "stage contract"
+    assert layer_name("clusterkit.reporting") is None  # a prefix of a name is not its package
+
+
+def test_the_architecture_page_lists_the_same_layers_top_first() -> None:
+    section = ARCHITECTURE.read_text().split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| \*\*([\w ]+)\*\* \|", section, re.M)
+    assert listed == [name for name, _ in reversed(LAYERS)]
