@@ -10,7 +10,7 @@ import json
 import re
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -38,6 +38,9 @@ class Threshold:
     value: float | None
     source: str  # "--min-busbw", "NCCL_TESTS_MIN_BW", "inventory", "fabric default", "none"
     detail: str
+    # RDMA ports per node (the poorest node's) when the run crosses nodes over RDMA, else 0:
+    # all_reduce spreads over them, alltoall does not (collective_threshold)
+    nics_per_node: int = 0
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,21 @@ def resolve_threshold(
     backend: str,
 ) -> Threshold:
     """Precedence: --min-busbw, NCCL_TESTS_MIN_BW (x 0.9), clusterkit.bench.min_busbw,
-    fabric default (NCCL only; gloo on CPU has none)."""
+    fabric default (NCCL only; gloo on CPU has none). A run across nodes over RDMA carries
+    the node's port count, which the alltoall gate divides by."""
+    threshold = _all_reduce_threshold(flag, environ, inventory_min_busbw, fabric, backend)
+    if fabric is not None and fabric.nodes > 1 and fabric.rdma_port_rates:
+        return replace(threshold, nics_per_node=len(fabric.rdma_port_rates))
+    return threshold
+
+
+def _all_reduce_threshold(
+    flag: float | None,
+    environ: Mapping[str, str],
+    inventory_min_busbw: float | None,
+    fabric: Fabric | None,
+    backend: str,
+) -> Threshold:
     if flag is not None:
         return Threshold(float(flag), "--min-busbw", f"--min-busbw {flag:g}")
     env_value = environ.get("NCCL_TESTS_MIN_BW", "").strip()
@@ -197,17 +214,24 @@ def collective_threshold(
 ) -> Threshold:
     """The gate of one collective, derived from the all_reduce one: nccl-tests' busbw is
     defined so that the same bottleneck link gives the same figure for all_reduce,
-    all_gather and reduce_scatter (factor 1); alltoall takes the table's factor."""
+    all_gather and reduce_scatter (factor 1). alltoall takes the table's factor (0.5, under
+    the 0.77-1.0 x that NVIDIA's figures give within a node) and, across nodes over RDMA, is
+    divided by the node's port count: "alltoall cannot aggregate the bandwidth of multiple
+    NICs" (NCCL maintainers, nccl-tests issue #267; sources in the table)."""
     if collective == "all_reduce" or threshold.value is None:
         return threshold
     factors = (table or threshold_table()).get("collective_factors") or {}
-    factor = float((factors.get(collective) or {}).get("factor", 1.0))
-    if factor == 1.0:
+    entry = factors.get(collective) or {}
+    factor = float(entry.get("factor", 1.0))
+    nics = threshold.nics_per_node if entry.get("per_nic") else 0
+    if factor == 1.0 and nics <= 1:
         return threshold
+    spread = f" / {nics} RDMA ports (one NIC's worth per GPU)" if nics > 1 else ""
     return Threshold(
-        round(threshold.value * factor, 4),
+        round(threshold.value * factor / max(nics, 1), 4),
         threshold.source,
-        f"{factor:g} x ({threshold.detail}) for {collective}",
+        f"{factor:g} x ({threshold.detail}){spread} for {collective}",
+        threshold.nics_per_node,
     )
 
 

@@ -5,7 +5,8 @@ DCGM 3.x puts everything under "DCGM GPU Diagnostic" and names a result's GPU wi
 (or "gpu_ids", a comma list); DCGM 4.x uses "DCGM Diagnostic", "entity_group"/"entity_id",
 a list of "info" lines and a "metadata" block with the version. Both nest the tests as
 test_categories > tests > results, each result with a status (Pass, Fail, Warn, Skip) and
-"warnings" entries that say why.
+"warnings" entries that say why; from 3.1 on an entry also carries DCGM's error_severity, which
+picks the action the finding recommends (a configuration fix is not an RMA).
 """
 
 from __future__ import annotations
@@ -23,12 +24,31 @@ from clusterkit.words import counted
 # takes seconds, level 2 about two minutes, level 3 up to half an hour on 8 GPUs).
 LEVEL_SECONDS = {1: 120.0, 2: 600.0, 3: 2700.0}
 TEXT_LIMIT = 300  # characters of DCGM's explanation kept per finding
+SKIPPED_SHOWN = 8  # skipped test names listed per node in the OK
 NO_HOSTENGINE = ("unable to connect to host engine", "unable to establish a connection")
 HOSTENGINE_REMEDY = (
     "start the DCGM host engine on the node: `systemctl start nvidia-dcgm` "
     "(or run `nv-hostengine`), then check again"
 )
 SEVERITY = {"fail": Status.FAIL, "warn": Status.WARN}
+GENERAL_REMEDY = (
+    "drain the node and run `dcgmi diag -r 3` on it; a GPU that keeps failing "
+    "needs a reset (`nvidia-smi -r -i N`), a reboot or an RMA as DCGM's text says"
+)
+# What to do per DCGM error severity (dcgmErrorSeverity_t in dcgmlib/dcgm_errors.h, listed in
+# NVIDIA's "Diagnostic Errors" reference): 1 monitor, 2 isolate, 3 unknown, 4 triage,
+# 5 config, 6 reset. The most urgent action of a result's entries wins.
+SEVERITY_REMEDY = {
+    2: "take the GPU out of service (DCGM: isolate it) and replace it (RMA, with "
+    "`nvidia-bug-report.sh` attached)",
+    6: "drain the node and reset the GPU (`nvidia-smi -r -i N`, or reboot), then run "
+    "`dcgmi diag` again",
+    4: GENERAL_REMEDY,
+    3: GENERAL_REMEDY,
+    5: "a configuration problem, not a GPU fault: fix the setting DCGM names (persistence "
+    "mode: `nvidia-smi -pm 1`), then run `dcgmi diag` again",
+    1: "keep the GPU in service and watch it: run `dcgmi diag` again after the next job",
+}
 
 
 @dataclass(frozen=True)
@@ -39,6 +59,7 @@ class TestResult:
     gpu: int | None
     status: str  # lower case: pass, fail, warn, skip, not run
     text: str
+    severity: int | None = None  # DCGM's error_severity of its most urgent entry (3.1+)
 
 
 @dataclass
@@ -102,9 +123,18 @@ def _test_results(test: Any) -> list[TestResult]:
             continue
         status = str(result.get("status") or "").strip().lower()
         text = "; ".join(_texts(result.get("warnings")) + _texts(result.get("info")))
+        severity = _severity(result.get("warnings"))
         for gpu in _gpus(result):
-            out.append(TestResult(name, gpu, status, _clean(text)))
+            out.append(TestResult(name, gpu, status, _clean(text), severity))
     return out
+
+
+def _severity(entries: Any) -> int | None:
+    """The most urgent error_severity among a result's warning entries (None: none given);
+    anything but a JSON integer is node text and is ignored."""
+    found = [entry.get("error_severity") for entry in _list(entries) if isinstance(entry, dict)]
+    levels = {level for level in found if type(level) is int}
+    return next((level for level in SEVERITY_REMEDY if level in levels), None)
 
 
 def _gpus(result: Mapping[str, Any]) -> list[int | None]:
@@ -170,8 +200,20 @@ def dcgm_findings(diags: Mapping[str, NodeDiag], level: int) -> list[Finding]:
         versions = sorted({d.version for h, d in diags.items() if h in passed and d.version})
         seen = f" (DCGM {', '.join(versions)})" if versions else ""
         message = f"dcgmi diag -r {level}: every test passed on {', '.join(passed)}{seen}"
-        findings.append(Finding("dcgm.diag", Status.OK, message, passed))
+        findings.append(Finding("dcgm.diag", Status.OK, message + _skipped(diags, passed), passed))
     return findings
+
+
+def _skipped(diags: Mapping[str, NodeDiag], hosts: list[str]) -> str:
+    """'; skipped: memory, pcie on node1': the tests DCGM did not run (a plugin it does not
+    allow on that GPU model) are named, so an OK never hides a test that never ran."""
+    parts = []
+    for host in hosts:
+        tests = sorted({r.test for r in diags[host].results if r.status in ("skip", "not run")})
+        if tests:
+            more = f" and {len(tests) - SKIPPED_SHOWN} more" if len(tests) > SKIPPED_SHOWN else ""
+            parts.append(f"{', '.join(tests[:SKIPPED_SHOWN])}{more} on {host}")
+    return f"; skipped: {'; '.join(parts)}" if parts else ""
 
 
 def _bad(diag: NodeDiag) -> list[TestResult]:
@@ -195,6 +237,11 @@ def _result_finding(host: str, level: int, result: TestResult) -> Finding:
             "level": level,
             "info": result.text,
         },
-        remedy="drain the node and run `dcgmi diag -r 3` on it; a GPU that keeps failing "
-        "needs a reset (`nvidia-smi -r -i N`), a reboot or an RMA as DCGM's text says",
+        remedy=_remedy(result),
     )
+
+
+def _remedy(result: TestResult) -> str:
+    """The action for the result's DCGM severity, with the GPU's index where one is known."""
+    remedy = SEVERITY_REMEDY.get(result.severity or 0, GENERAL_REMEDY)
+    return remedy if result.gpu is None else remedy.replace("-i N", f"-i {result.gpu}")

@@ -14,7 +14,14 @@ import pytest
 import yaml
 
 from tests.support import fake_nvidia_smi
-from tests.support.netcluster import STATE_DIR, NetCluster, Node, run
+from tests.support.netcluster import (
+    DEFAULT_MODEL,
+    STATE_DIR,
+    NetCluster,
+    Node,
+    gpu_inventory,
+    run,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
 CONNECT = (
@@ -323,6 +330,50 @@ def test_unknown_query_field_fails_like_the_real_tool(tmp_path: Path) -> None:
                       tmp_path=tmp_path)  # fmt: skip
     assert result.returncode == 2
     assert result.stdout == (FIXTURES / "query-gpu-invalid-field.txt").read_text()
+
+
+REMAP_QUERY = (
+    "gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,"
+    "remapped_rows.pending,remapped_rows.failure"
+)
+
+
+def test_query_remapped_rows_matches_the_recorded_output(tmp_path: Path) -> None:
+    """The recorded 4-GPU node after the reset that applied its remap: one uncorrectable remap
+    kept on the second GPU, the flags printed Yes/No (the UUIDs as the author shortened them)."""
+    uuids = ["GPU-a895322e-...", "GPU-455e672a-...", "GPU-d66f99e9-...", "GPU-cd616af2-..."]
+    gpus = [{"index": index, "uuid": uuid, "remapped_rows.correctable": 0,
+             "remapped_rows.uncorrectable": int(index == 1), "remapped_rows.pending": "No",
+             "remapped_rows.failure": "No"} for index, uuid in enumerate(uuids)]  # fmt: skip
+    result = fake_smi(
+        {"gpus": gpus}, f"--query-remapped-rows={REMAP_QUERY}", "--format=csv", tmp_path=tmp_path
+    )
+    assert result.returncode == 0
+    assert result.stdout == (FIXTURES / "query-remapped-rows-after-reset-x4.txt").read_text()
+    bare = fake_smi({"gpus": gpus}, "--query-remapped-rows", REMAP_QUERY, "--format",
+                    "csv,noheader,nounits", "-i", "1", tmp_path=tmp_path)  # fmt: skip
+    assert bare.stdout == "GPU-455e672a-..., 0, 1, No, No\n"
+
+
+def test_query_remapped_rows_on_a_test_node_and_its_rejections(tmp_path: Path) -> None:
+    """A test node's own state answers it (a pending remap set as `set_gpus` overrides set
+    it), by bus id; an unknown name fails as in --query-gpu, --format is required."""
+    gpus = gpu_inventory("node2", 2, 2, DEFAULT_MODEL, ecc_errors=0, persistence=True,
+                         memory_mib=None)  # fmt: skip
+    gpus[1].update({"remapped_rows.pending": "Yes", "remapped_rows.uncorrectable": 1})
+    fields = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+    result = fake_smi({"gpus": gpus}, f"--query-remapped-rows={fields}",
+                      "--format=csv,noheader", tmp_path=tmp_path)  # fmt: skip
+    assert result.stdout.splitlines() == [
+        f"{gpus[0]['pci.bus_id']}, No, No",
+        f"{gpus[1]['pci.bus_id']}, Yes, No",
+    ]
+    wrong = fake_smi({"gpus": gpus}, "--query-remapped-rows=uuid", "--format=csv",
+                     tmp_path=tmp_path)  # fmt: skip
+    assert wrong.returncode == 2
+    assert wrong.stdout == 'Field "uuid" is not a valid field to query.\n\n'
+    unformatted = fake_smi({"gpus": gpus}, f"--query-remapped-rows={fields}", tmp_path=tmp_path)
+    assert unformatted.returncode == 2 and "Invalid combination" in unformatted.stdout
 
 
 def test_list_gpus_matches_recorded_layout(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ A GPU's "nvlink" entry lists its links' speeds in GB/s (null: `<inactive>`); wit
 GPU has no NVLink. Processes appear in the summary's process table and in the query.
 GPU values are raw numbers or strings; units are added here as nvidia-smi adds them. A value
 written as "[Not Supported]" or "[N/A]" is printed verbatim; a field the GPU lacks prints "[N/A]".
+`--query-remapped-rows` reads the same remapped_rows.* values: the pending and failure flags
+are stored as the driver prints them in both queries, "Yes"/"No".
 
 It runs on every node many times per test, under `python3 -S -E`: stdlib only, no work beyond
 what the invocation needs, and Python 3.8 compatible syntax.
@@ -262,6 +264,44 @@ def query_apps(state: dict, gpus: list, fields_arg: str, format_arg: str) -> int
     return 0
 
 
+# `--query-remapped-rows` fields: the name asked -> the GPU record's key. The header repeats
+# each name as asked and no field has a unit (recorded:
+# tests/fixtures/nvidia-smi/query-remapped-rows-after-reset-x4.txt).
+REMAP_FIELDS = {
+    "timestamp": "timestamp",
+    "gpu_bus_id": "pci.bus_id",
+    "gpu_name": "name",
+    "gpu_serial": "serial",
+    "gpu_uuid": "uuid",
+    "remapped_rows.correctable": "remapped_rows.correctable",
+    "remapped_rows.uncorrectable": "remapped_rows.uncorrectable",
+    "remapped_rows.pending": "remapped_rows.pending",
+    "remapped_rows.failure": "remapped_rows.failure",
+}
+
+
+def query_remapped_rows(state: dict, gpus: list, fields_arg: str, format_arg: str) -> int:
+    """`--query-remapped-rows=FIELDS --format=csv[,noheader][,nounits]`: one line per GPU,
+    the counts as numbers and the pending/failure flags as Yes/No."""
+    fields = []
+    for requested in fields_arg.split(","):
+        requested = requested.strip()
+        if requested not in REMAP_FIELDS:
+            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % requested)
+            return EXIT_INVALID_ARGUMENT
+        fields.append(requested)
+    options = [option.strip() for option in format_arg.split(",")]
+    if "csv" not in options:
+        sys.stdout.write(INVALID_COMBINATION)
+        return EXIT_INVALID_ARGUMENT
+    lines = [] if "noheader" in options else [", ".join(fields)]
+    for gpu in gpus:
+        cells = [field_value(state, gpu, REMAP_FIELDS[field], False) for field in fields]
+        lines.append(", ".join(cells))
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
 def nvlink_status(gpus: list) -> int:
     """`nvidia-smi nvlink --status`: each GPU, then one line per link (speed or inactive)."""
     lines = []
@@ -470,6 +510,9 @@ def run(state: dict, args: list) -> int:
         elif arg.startswith("--query-compute-apps"):
             query, position = option_value(args, position, "query-compute-apps")
             action = "apps"
+        elif arg.startswith("--query-remapped-rows"):
+            query, position = option_value(args, position, "query-remapped-rows")
+            action = "remapped-rows"
         elif arg == "nvlink" and position == 0:
             action, position = "nvlink", position + 1
         elif action == "nvlink" and arg in ("-s", "--status"):
@@ -490,11 +533,12 @@ def run(state: dict, args: list) -> int:
             sys.stdout.write(INVALID_COMBINATION)
             return EXIT_INVALID_ARGUMENT
         return query_gpu(state, gpus, query, fmt)
-    if action == "apps":
+    if action in ("apps", "remapped-rows"):
         if query is None or fmt is None:
             sys.stdout.write(INVALID_COMBINATION)
             return EXIT_INVALID_ARGUMENT
-        return query_apps(state, gpus, query, fmt)
+        answer = query_apps if action == "apps" else query_remapped_rows
+        return answer(state, gpus, query, fmt)
     if action == "nvlink":
         return nvlink_status(gpus)
     if action == "nvlink-errors":

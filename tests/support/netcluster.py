@@ -502,7 +502,8 @@ class Node:
         mode: normal; hang (never returns, like a wedged driver); fail (driver unreachable,
         exit 9); mismatch (NVML driver/library mismatch, exit 18); absent (not on PATH).
         overrides: {gpu index: {query field: value}} for anything else, e.g. temperature.gpu
-        (or "nvlink": that GPU's own links).
+        (or "nvlink": that GPU's own links); remapped_rows.* values answer both --query-gpu
+        and --query-remapped-rows (the flags as the driver prints them: "Yes"/"No").
         processes: compute processes already running, [{"gpu": 0, "pid": 4242, "name": "python",
         "used_memory": 30000}]; their memory counts in the GPU's memory.used.
         nvlink: every GPU's links (GB/s, None = inactive), e.g. [26.562] * 18; None: no NVLink.

@@ -76,7 +76,7 @@ def test_the_log_scan_finds_the_same_events_as_reading_every_line() -> None:
     found = parse_kernel_log(text)
     assert found["events"] == every_line
     assert [e["time"] for e in every_line] == [f"uptime {n}.0 s" for n in range(1, 5)]
-    assert parse_kernel_log(filler) == {"events": [], "matched": 0}
+    assert parse_kernel_log(filler) == {"events": [], "matched": 0, "oom_kills": []}
 
 
 def test_the_catalog_buckets_of_common_codes() -> None:
