@@ -270,7 +270,7 @@ def _add_check_run_options(
     )
 
 
-def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
+def _add_slurm_options(parser: argparse.ArgumentParser, *, exclude_file: bool = True) -> None:
     group = parser.add_argument_group("slurm (see docs/slurm.md)")
     group.add_argument(
         "--slurm",
@@ -302,6 +302,14 @@ def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
         help="how to reach Slurm nodes: srun job steps (default inside an allocation) or ssh "
         "(default outside one)",
     )
+    if not exclude_file:  # launch: it leaves failing nodes out itself, and may drain them
+        group.add_argument(
+            "--slurm-drain",
+            action="store_true",
+            help="drain a node the launch leaves out (a node fault), with the reason, where "
+            "this user may (default: print the admin's scontrol command)",
+        )
+        return
     group.add_argument(
         "--exclude-file",
         default=None,
@@ -886,6 +894,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
         help="stop the job after this long (default: none)",
     )
     _add_bench_gate_options(parser)
+    _add_slurm_options(parser, exclude_file=False)
     _add_connection_options(parser)
     parser.set_defaults(handler="clusterkit.commands.launch:run", output=None, fix_plan=False)
 

@@ -25,7 +25,8 @@ from clusterkit.launch.incidents import Incident, restart_minutes
 from clusterkit.launch.plan import LaunchSettings
 from clusterkit.launch.spares import NodePool, problems_by_host
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
-from clusterkit.stages import Session, run_stages
+from clusterkit.report.escape import printable
+from clusterkit.stages import Session, Stage, run_stages
 from clusterkit.stages.launch import LaunchStage, outcome_details
 from clusterkit.stages.session import NoProgress, SessionOptions
 
@@ -46,6 +47,10 @@ class Attempts:
     run_id: str
     settings_for: Callable[[Inventory, Mapping[str, Any], Mapping[str, Any], str], LaunchSettings]
     note: Callable[[str], None]
+    # How stages reach the nodes: as they are over SSH; each in one job step under srun.
+    steps: Callable[[list[Stage]], list[Stage]] = list
+    # Told of every node a node fault leaves out, with why (Slurm: drain, or say how).
+    left_out: Callable[[str, str], None] = lambda host, why: None
     incidents: list[Incident] = field(default_factory=list)
     outcome: JobOutcome | None = None
     facts: Mapping[str, Any] = field(default_factory=dict)  # of the running node set
@@ -77,6 +82,10 @@ class Attempts:
             facts, details = next_set
             self.attempt += 1
 
+    def _say(self, text: str) -> None:
+        """A line of ours; it quotes findings and ranks' lines: node data, made inert."""
+        self.note(printable(text))
+
     # --- one attempt --------------------------------------------------------------------
 
     def _run_id(self) -> str:
@@ -95,9 +104,9 @@ class Attempts:
         incident = self.incidents[-1] if self.incidents and self.attempt else None
         options = replace(self.options, on_running=self._on_running(incident))
         stage = LaunchStage(settings, options, gated=False, strict=self.args.strict)
-        run_stages(session, [stage])
+        run_stages(session, self.steps([stage]))
         if stage.outcome is None:
-            self.note(f"clusterkit: nothing was started: {session.stages.get('launch')}")
+            self._say(f"clusterkit: nothing was started: {session.stages.get('launch')}")
         return stage.outcome
 
     def _on_running(self, incident: Incident | None) -> Callable[[], None] | None:
@@ -134,12 +143,12 @@ class Attempts:
         action = self._action(fault)
         if action is not None:
             incident.action = action
-            self.note(f"clusterkit: {incident.line()}")
+            self._say(f"clusterkit: {incident.line()}")
             return None
         if not fault.node:
             self.job_restarts += 1
             incident.action = f"run again on the same nodes (job restart {self.job_restarts})"
-            self.note(f"clusterkit: {incident.line()}")
+            self._say(f"clusterkit: {incident.line()}")
             return dict(self.facts), dict(self.facts_details)
         self.node_restarts += 1
         return self._replace_nodes(incident, fault, detected)
@@ -156,6 +165,8 @@ class Attempts:
         self, incident: Incident, fault: Fault, detected: float
     ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         incident.excluded = self.pool.exclude({h: [fault.reason] for h in fault.hosts})
+        for host in incident.excluded:
+            self.left_out(host, fault.reason)
         found = self.settle(incident)
         incident.recheck_s = time.time() - detected
         return found
@@ -176,7 +187,7 @@ class Attempts:
                 return None
             if incident is not None:
                 incident.action = self._restart_words(incident.excluded, incident.spares)
-                self.note(f"clusterkit: {incident.line()}")
+                self._say(f"clusterkit: {incident.line()}")
             session = self._session(self.pool.active, recheck=True)
             problems, whole = problems_by_host(
                 session.findings, self.pool.active, strict=self.args.strict
@@ -187,17 +198,19 @@ class Attempts:
             if not problems:
                 return dict(session.facts), dict(session.details)
             for host, why in problems.items():
-                self.note(f"clusterkit: {host} fails the re-check, left out: {why[0]}")
+                self._say(f"clusterkit: {host} fails the re-check, left out: {why[0]}")
             left_out = self.pool.exclude(problems)
+            for host in left_out:
+                self.left_out(host, problems[host][0])
             if incident is not None:
                 incident.excluded += left_out
 
     def _stop(self, incident: Incident | None, why: str) -> None:
         if incident is None:
-            self.note(f"clusterkit: {why}: nothing was started")
+            self._say(f"clusterkit: {why}: nothing was started")
             return
         incident.action = f"stop: {why}"
-        self.note(f"clusterkit: {incident.line()}")
+        self._say(f"clusterkit: {incident.line()}")
 
     def _restart_words(self, excluded: Sequence[str], spares: Sequence[str]) -> str:
         left_out = f"left out {', '.join(excluded)}; " if excluded else ""
@@ -240,7 +253,8 @@ class Attempts:
         if recheck and self.args.recheck == "bench":
             wanted.add("bench")
         if wanted:
-            run_stages(session, [s for s in check_stages(self.args, inventory) if s.name in wanted])
+            chosen = [s for s in check_stages(self.args, inventory) if s.name in wanted]
+            run_stages(session, self.steps(chosen))
         return session
 
     def details(self) -> dict[str, Any]:

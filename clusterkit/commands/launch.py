@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.commands.attempts import Attempts, subset
-from clusterkit.commands.common import checked_session, connect_options, load_target
+from clusterkit.commands.common import checked_session, connect_options, load_targets
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.incidents import restart_minutes, trace_text
@@ -33,11 +33,15 @@ from clusterkit.report import emit, write_whole
 from clusterkit.report.escape import printable
 from clusterkit.report.progress import progress
 from clusterkit.safefiles import PrivateFolder, UnsafePathError
+from clusterkit.slurm.check import in_steps, slurm_stages, srun_session_of
+from clusterkit.slurm.drain import drain_command, drain_left_out
+from clusterkit.slurm.target import SlurmTarget
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.connect import ConnectStage
 from clusterkit.stages.probe import ProbeStage
 from clusterkit.stages.session import NoProgress, SessionOptions
 from clusterkit.status import ExitStatus
+from clusterkit.transport.srun import SrunSession
 from clusterkit.words import counted
 
 DEFAULT_RUN_ARGS = ("--shm-size", "16g", "--network", "host", "--ulimit", "memlock=-1:-1")
@@ -59,17 +63,22 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
         raise UsageError(
             "clusterkit launch: no script to run", hint="put it after --: launch INV -- train.py"
         )
-    inventory = load_target(args)
+    inventory, target = load_targets(args)
     options = supervise_options(args)
     try:
-        return launch(args, inventory, options)
+        return launch(args, inventory, options, target)
     finally:
         if options.log_dir is not None:
             options.log_dir.close()
 
 
-def launch(args: argparse.Namespace, inventory: Inventory, options: SuperviseOptions) -> int:
-    gate = open_gate(args, inventory)
+def launch(
+    args: argparse.Namespace,
+    inventory: Inventory,
+    options: SuperviseOptions,
+    target: SlurmTarget | None = None,
+) -> int:
+    gate = open_gate(args, inventory, target)
     try:
         pool = node_pool(args, inventory, gate)
         if pool is None:
@@ -85,6 +94,9 @@ def launch(args: argparse.Namespace, inventory: Inventory, options: SuperviseOpt
         attempts = Attempts(
             args, inventory, gate.session, pool, options, run_id, settings_for(args), note
         )
+        if (srun := srun_session_of(gate.session.transports)) is not None:
+            attempts.steps = lambda stages: in_steps(srun, stages)
+            attempts.left_out = slurm_left_out(args, srun)
         facts, details = gate.facts, gate.details
         if inventory.master.name not in pool.active:
             settled = attempts.settle()
@@ -143,6 +155,24 @@ def node_pool(args: argparse.Namespace, inventory: Inventory, gate: Gate) -> Nod
     return pool
 
 
+def slurm_left_out(args: argparse.Namespace, srun: SrunSession) -> Callable[[str, str], None]:
+    """What leaving a Slurm node out does: no later step goes there; with --slurm-drain the
+    node is drained with the reason (where this user may), else the admin's command is
+    printed."""
+
+    def left_out(host: str, why: str) -> None:
+        srun.unlaunchable.setdefault(host, f"left out by clusterkit: {why}")
+        if args.slurm_drain:
+            problem = drain_left_out(host, why)
+            if problem is None:
+                note(printable(f"clusterkit: {host} drained"))
+                return
+            note(printable(f"clusterkit: {host} not drained: {problem}"))
+        note(printable(f"clusterkit: for an admin, to drain it: {drain_command(host, why)}"))
+
+    return left_out
+
+
 def record_run(args: argparse.Namespace, gate: Gate, attempts: Attempts) -> None:
     """The incidents: in the JSON report (--check-output), as a trace for `clusterkit cost`
     (--trace), and the measured restart cost in the form `cost --restart-min` takes."""
@@ -189,9 +219,11 @@ def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
 # --- the gate -----------------------------------------------------------------------------
 
 
-def open_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
+def open_gate(
+    args: argparse.Namespace, inventory: Inventory, target: SlurmTarget | None = None
+) -> Gate:
     if args.check_report:
-        return report_gate(args, inventory)
+        return report_gate(args, inventory, target)
     if args.no_check:
         if args.print or args.print_dir:
             note(
@@ -201,15 +233,15 @@ def open_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
             )
             return Gate(ExitStatus.PASSED, "not checked")
         note("clusterkit: --no-check: launching WITHOUT checking the cluster")
-        return connect_gate(args, inventory, "not checked")
-    return check_gate(args, inventory)
+        return connect_gate(args, inventory, "not checked", target)
+    return check_gate(args, inventory, target)
 
 
-def check_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
+def check_gate(args: argparse.Namespace, inventory: Inventory, target: SlurmTarget | None) -> Gate:
     """The whole check, as `clusterkit check` runs it; connections stay open for the job."""
     started = time.monotonic()
     with progress() as bar:
-        session = checked_session(args, inventory, bar)
+        session = checked_session(args, inventory, bar, target)
     report = build_report(session, "launch", seconds=time.monotonic() - started, strict=args.strict)
     status = report.exit_status
     if status is not ExitStatus.PASSED or args.check_output:
@@ -219,24 +251,29 @@ def check_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
     return Gate(status, "checked", session.facts, session.details, session)
 
 
-def connect_gate(args: argparse.Namespace, inventory: Inventory, how: str) -> Gate:
+def connect_gate(
+    args: argparse.Namespace, inventory: Inventory, how: str, target: SlurmTarget | None
+) -> Gate:
     """Connections (every host, or nothing starts) and the probe's facts, no verdict."""
     session = Session(inventory, None, SessionOptions(forks=args.forks))
     try:
-        run_stages(session, [ConnectStage(connect_options(args))])
+        connect, probe = slurm_stages(
+            args, target, [ConnectStage(connect_options(args)), ProbeStage(PROBE_SECONDS)]
+        )
+        run_stages(session, [connect])
         if session.unreachable:
             for name, error in session.unreachable.items():
                 note(f"clusterkit: {name}: {error.detail}")
             session.close()
             return Gate(ExitStatus.INCOMPLETE, how)
-        run_stages(session, [ProbeStage(PROBE_SECONDS)])
+        run_stages(session, [probe])
     except BaseException:
         session.close()
         raise
     return Gate(ExitStatus.PASSED, how, session.facts, {}, session)
 
 
-def report_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
+def report_gate(args: argparse.Namespace, inventory: Inventory, target: SlurmTarget | None) -> Gate:
     """A passing JSON report of `check` (or `launch`), young enough, naming these hosts."""
     path = Path(args.check_report)
     try:
@@ -255,7 +292,7 @@ def report_gate(args: argparse.Namespace, inventory: Inventory) -> Gate:
     details = dict(report.get("details") or {})
     if args.print or args.print_dir:
         return Gate(ExitStatus.PASSED, f"report {path}", facts, details)
-    gate = connect_gate(args, inventory, f"report {path}")
+    gate = connect_gate(args, inventory, f"report {path}", target)
     gate.facts, gate.details = facts, details
     return gate
 

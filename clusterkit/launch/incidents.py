@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from clusterkit.launch.faults import Fault
+from clusterkit.report.escape import printable
 
 
 @dataclass
@@ -42,7 +43,10 @@ class Incident:
         rank = f" rank {fault.rank}" if fault.rank is not None else ""
         evidence = f": {fault.reason}" if fault.reason else ""
         action = f" -> {self.action}" if self.action else ""
-        return f"incident {self.time} {fault.kind} fault on {where}{rank}{evidence}{action}"
+        # The evidence quotes the ranks' own lines: node data, made inert for a terminal.
+        return printable(
+            f"incident {self.time} {fault.kind} fault on {where}{rank}{evidence}{action}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         fault = asdict(self.fault)

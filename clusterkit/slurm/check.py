@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from clusterkit.checks.model import Status
@@ -13,7 +13,8 @@ from clusterkit.slurm.allocation import open_srun_session
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmTarget
 from clusterkit.stages.base import Stage
-from clusterkit.transport.srun import STEP_SECONDS
+from clusterkit.transport.base import Transport
+from clusterkit.transport.srun import STEP_SECONDS, SrunSession, SrunTransport
 
 # Every stage but these acts on the nodes (probe, storage, network, image, bench, and any
 # stage added later): each runs in one job step over all nodes.
@@ -36,13 +37,25 @@ def slurm_stages(
         return list(stages)
     srun = open_srun_session(target.inventory, target.job_id)
     return [
-        SrunConnectStage(srun, target.source)
-        if stage.name == "connect"
-        else InStep(stage, srun, _bound(stage))
-        if stage.name not in NO_STEP_STAGES
-        else stage
+        SrunConnectStage(srun, target.source) if stage.name == "connect" else stage
+        for stage in in_steps(srun, stages)
+    ]
+
+
+def in_steps(srun: SrunSession, stages: Sequence[Stage]) -> list[Stage]:
+    """Each stage that acts on the nodes carried by one step of `srun`."""
+    return [
+        InStep(stage, srun, _bound(stage)) if stage.name not in NO_STEP_STAGES else stage
         for stage in stages
     ]
+
+
+def srun_session_of(transports: Mapping[str, Transport]) -> SrunSession | None:
+    """The srun session behind a session's transports, or None when they are SSH's."""
+    for transport in transports.values():
+        if isinstance(transport, SrunTransport):
+            return transport.session
+    return None
 
 
 def _bound(stage: Stage) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -123,3 +124,33 @@ def apply(name: str, action: Action) -> None:
         _scontrol("update", f"nodename={name}", "state=drain", f"reason={action.reason}")
     elif action.kind == "resume":
         _scontrol("update", f"nodename={name}", "state=resume")
+
+
+def left_out_reason(why: str) -> str:
+    """The drain reason for a node a launch left out: `clusterkit: launch: WHY`, one line,
+    cut to what Slurm keeps."""
+    text = "".join(c if c.isprintable() else " " for c in why)  # node data among it
+    reason = f"{REASON_PREFIX} launch: {' '.join(text.split())}"
+    return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
+
+
+def drain_command(name: str, why: str) -> str:
+    """The scontrol command an admin runs to drain a node a launch left out."""
+    reason = left_out_reason(why)
+    return shlex.join(
+        ["scontrol", "update", f"nodename={check_node_name(name, 'drain')}", "state=drain",
+         f"reason={reason}"]
+    )  # fmt: skip
+
+
+def drain_left_out(name: str, why: str) -> str | None:
+    """Drain a node a launch left out, unless someone else drained it already; None when
+    done (or already drained), else why not (a user's job usually may not: scontrol says)."""
+    try:
+        state = node_state(name)
+        if state.draining and not state.ours:
+            return None
+        apply(name, Action("drain", left_out_reason(why)))
+    except ExternalToolError as error:
+        return str(error)
+    return None

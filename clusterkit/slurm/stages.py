@@ -61,5 +61,7 @@ class InStep(Stage):
         return self.stage.steps(session)
 
     def run(self, session: Session) -> StageResult:
-        with self.srun.phase(self.name, self.seconds):
+        # The step spans the session's nodes only: a launch's spares, and nodes it left
+        # out (a crashed node would hold the step's start), are not in it.
+        with self.srun.phase(self.name, self.seconds, list(session.transports)):
             return self.stage.run(session)

@@ -36,6 +36,8 @@ class LaunchStage(Stage):
     ) -> None:
         self.settings, self.options, self.gated, self.strict = settings, options, gated, strict
         self.outcome: JobOutcome | None = None
+        # The bound of the job step under srun: the job's own time limit, else a week.
+        self.seconds = options.time_limit or 7 * 24 * 3600.0
 
     def skip_reason(self, session: Session) -> str | None:
         hosts = [node.name for node in self.settings.nodes]

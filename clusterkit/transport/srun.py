@@ -353,8 +353,10 @@ class SrunProcess(PumpedProcess):
                 self._keep(self._out if kind == "o" else self._err, data)
             elif kind == "x":
                 self._exit, self._done = int(payload), True
+                self._exited_at = self._exited_at or time.monotonic()
             elif kind == "t":
                 self._killed, self._done = True, True
+                self._exited_at = self._exited_at or time.monotonic()
         except ValueError:  # binascii.Error is one
             return
 

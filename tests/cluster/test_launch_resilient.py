@@ -29,13 +29,19 @@ XID_79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=<unknown>, GPU has fallen 
 class Launch:
     """A launch running in the background; its output lines are kept as they come."""
 
-    def __init__(self, inventory: Path, *options: str, job: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        inventory: Path | None,
+        *options: str,
+        job: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         argv = [
-            sys.executable, "-m", "clusterkit", "launch", str(inventory), "--skip", "bench",
-            *options, "--", JOB, *job,
+            sys.executable, "-m", "clusterkit", "launch", *([str(inventory)] if inventory else []),
+            "--skip", "bench", *options, "--", JOB, *job,
         ]  # fmt: skip
         self.process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.stdout: list[str] = []
         self.stderr: list[str] = []

@@ -178,6 +178,11 @@ def test_a_command_that_exits_ends_the_wait_at_once(endpoint: Endpoint) -> None:
     started = time.monotonic()
     assert process.expect(MARK, Deadline.after(20)) is None
     assert time.monotonic() - started < 5  # the exit ended the wait, not the 20 s bound
+    # A reader that polls (launch's supervisor) learns of the exit before it calls finish.
+    end = time.monotonic() + 10
+    while not process.exited and time.monotonic() < end:
+        process.read_lines(Deadline.after(0.2))
+    assert process.exited
     result = process.finish(Deadline.after(10))
     assert (result.exit_code, result.timed_out) == (7, False)
     assert result.stderr_tail() == "asked to quit"

@@ -348,9 +348,9 @@ PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP
         self._wait(answering, "slurmctld")
 
     def _start_slurmd(self, node) -> None:
-        (self.dir / "spool" / node.name).mkdir()
+        (self.dir / "spool" / node.name).mkdir(exist_ok=True)  # kept across a restart
         keep = self.dir / "spool" / f"{node.name}.cgroup"
-        keep.mkdir()
+        keep.mkdir(exist_ok=True)
         # Private UTS (hostname) and mount namespaces: the node's /etc/hosts, and a sysfs of
         # the node's network namespace (as `ip netns exec` gives, so /sys/class/net shows
         # the node's own interfaces) with the machine's /sys/fs/cgroup moved back onto it,
@@ -366,6 +366,11 @@ PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP
              str(self.conf), str(keep)],
             f"slurmd-{node.name}",
         )  # fmt: skip
+
+    def restart_slurmd(self, node) -> None:
+        """slurmd again on a node whose processes were all killed (a crash, then a boot)."""
+        self._daemons = [p for p in self._daemons if p.poll() is None]
+        self._start_slurmd(node)
 
     def _spawn(self, argv: list[str], name: str) -> None:
         log = open(self.dir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - owned by the child

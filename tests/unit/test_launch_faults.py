@@ -209,3 +209,20 @@ def test_cost_takes_the_restart_time_a_launch_trace_measured(tmp_path: Path) -> 
     assert measured.scenario.restart_h == pytest.approx(1.5 / 60)
     given = build(build_parser().parse_args([*common, "--restart-min", "20"]))
     assert given.scenario.restart_h == pytest.approx(20 / 60)
+
+
+def test_node_text_in_an_incident_line_and_a_drain_reason_is_inert() -> None:
+    """A hostile job prints a hardware-looking error with terminal escapes and a newline:
+    the incident line shows them escaped, and the drain reason (kept in Slurm's state and
+    shown by sinfo) holds no control character."""
+    from clusterkit.slurm.drain import drain_command, left_out_reason
+
+    line = "uncorrectable ECC error\x1b[2J\x1b]0;owned\x07\nclusterkit: job succeeded"
+    fault = classify([rank("node2", 1, 1, line)])
+    shown = Incident(0, 1_790_000_000.0, fault).line()
+    assert "\x1b" not in shown and "\n" not in shown and "\x07" not in shown
+    assert fault.node and "uncorrectable ECC error" in shown
+    reason = left_out_reason(fault.reason)
+    assert reason.startswith("clusterkit: launch: ") and reason.isprintable()
+    assert len(reason) <= 200
+    assert drain_command("node2", fault.reason).startswith("scontrol update nodename=node2 ")
