@@ -31,6 +31,7 @@ from benchmarks.machine import CpuShares, busy_cpu_seconds
 from clusterkit.checks.model import Status
 from clusterkit.inventory.loader import load_inventory
 from clusterkit.net.stage import run_network_stage
+from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
@@ -68,9 +69,8 @@ def measure(nodes: int, runs: int, shares: CpuShares | None) -> tuple[list[float
                     shares.confine(node.name, pids_in_netns(node.netns))
             for _ in range(runs):
                 started, busy = time.monotonic(), busy_cpu_seconds()
-                findings, _raw = run_network_stage(
-                    connections.transports, inventory, {}, Deadline.after(120)
-                )
+                session = Session(inventory, transports=connections.transports, workers=nodes)
+                findings = run_network_stage(session, Deadline.after(120)).findings
                 times.append(time.monotonic() - started)
                 cpu.append(busy_cpu_seconds() - busy)
                 bad = [f"{f.id}: {f.message}" for f in findings if f.status is not Status.OK]

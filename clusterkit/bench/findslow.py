@@ -176,30 +176,9 @@ def run_round(
             failed[index] = f"no free port on {group[0].name}: {port}"
             jobs.append([])
             continue
-        runs = [NodeRun(host.name, rank) for rank, host in enumerate(group)]
-        for run, host in zip(runs, group):
-            tag = f"{run_id}-g{index + 1}-n{run.node_rank}"
-            run_name = f"clusterkit-bench-{tag}"
-            container = f"clusterkit-bench-{tag}" if world.image else None
-            argv = node_argv(
-                host,
-                run.node_rank,
-                nodes=len(group),
-                nproc=world.nproc,
-                master=group[0].address,
-                port=port,
-                run_name=run_name,
-                container=container,
-                image=world.image,
-                gpus=world.gpus,
-                infiniband=world.infiniband(options, host),
-                interface=inventory.settings.interface,
-                options=options,
-                barrier_timeout=ready_window,
-                fill=options.find_slow_seconds,
-            )
-            plans[host.name] = (run_name, container, argv)
-        jobs.append(runs)
+        tag = f"{run_id}-g{index + 1}"
+        plans.update(_group_plans(inventory, world, options, group, port, tag, ready_window))
+        jobs.append([NodeRun(host.name, rank) for rank, host in enumerate(group)])
     leaders = [(group[0], plans[group[0].name][0]) for group, runs in zip(groups, jobs) if runs]
     barrier: dict[str, Any] = {}
     release = threading.Thread(
@@ -212,18 +191,66 @@ def run_round(
         interrupted = supervise(transports, [runs for runs in jobs if runs], plans, deadline)
     finally:
         release.join(max(1.0, deadline.remaining()))
-    measured = []
-    for index, (group, runs) in enumerate(zip(groups, jobs)):
-        hosts = tuple(host.name for host in group)
-        if not runs:
-            measured.append(GroupRun(number, hosts, None, 0.0, failed[index]))
-            continue
-        ended = max((run.ended_at or time.monotonic()) for run in runs)
-        busbw, error = _group_result(runs, deadline)
-        alone = NO_GO in runs[0].stderr  # timed after its own wait, not with the others
-        seconds = round(ended - started, 3)
-        measured.append(GroupRun(number, hosts, busbw, seconds, error, together=not alone))
+    measured = [
+        _group_run(number, group, runs, failed.get(index, ""), started, deadline)
+        for index, (group, runs) in enumerate(zip(groups, jobs))
+    ]
     return measured, barrier, interrupted
+
+
+def _group_plans(
+    inventory: Inventory,
+    world: World,
+    options: BenchOptions,
+    group: list[Host],
+    port: int,
+    tag: str,
+    ready_window: float,
+) -> dict[str, tuple[str, str | None, list[str]]]:
+    """Each node of one group: its run name, container (with an image) and argv, as a small
+    torchrun job of its own with the group's first node as master."""
+    plans: dict[str, tuple[str, str | None, list[str]]] = {}
+    for rank, host in enumerate(group):
+        run_name = f"clusterkit-bench-{tag}-n{rank}"
+        container = run_name if world.image else None
+        argv = node_argv(
+            host,
+            rank,
+            nodes=len(group),
+            nproc=world.nproc,
+            master=group[0].address,
+            port=port,
+            run_name=run_name,
+            container=container,
+            image=world.image,
+            gpus=world.gpus,
+            infiniband=world.infiniband(options, host),
+            interface=inventory.settings.interface,
+            options=options,
+            barrier_timeout=ready_window,
+            fill=options.find_slow_seconds,
+        )
+        plans[host.name] = (run_name, container, argv)
+    return plans
+
+
+def _group_run(
+    number: int,
+    group: list[Host],
+    runs: list[NodeRun],
+    failure: str,
+    started: float,
+    deadline: Deadline,
+) -> GroupRun:
+    """What one group of the round measured, or why it did not start (`failure`)."""
+    hosts = tuple(host.name for host in group)
+    if not runs:
+        return GroupRun(number, hosts, None, 0.0, failure)
+    ended = max((run.ended_at or time.monotonic()) for run in runs)
+    busbw, error = _group_result(runs, deadline)
+    alone = NO_GO in runs[0].stderr  # timed after its own wait, not with the others
+    seconds = round(ended - started, 3)
+    return GroupRun(number, hosts, busbw, seconds, error, together=not alone)
 
 
 def _release(

@@ -150,59 +150,14 @@ def _option(option: Option) -> dict[str, Any]:
 
 def to_dict(result: Estimate) -> dict[str, Any]:
     """The JSON document (schema in docs/cost.md)."""
-    scenario, spot, demand = result.scenario, result.spot, result.on_demand
-    wait = scenario.capacity_wait
-    inputs = {
-        "nodes": scenario.nodes,
-        "gpus_per_node": scenario.gpus_per_node,
-        "hours": scenario.hours,
-        "checkpoint_minutes": scenario.checkpoint_h * 60,
-        "restart_minutes": scenario.restart_h * 60,
-        "preempt_rate_per_node_hour": scenario.preempt_rate,
-        "preempt_rate_origin": result.provenance.rate_origin,
-        "correlation": scenario.correlation,
-        "effective_correlation": scenario.effective_correlation,
-        "hardware_rate_per_node_hour": scenario.node_hardware_rate,
-        "capacity_wait": None
-        if wait is None
-        else {"median_hours": wait.median_h, "mean_hours": wait.mean_h},
-        "on_demand_price": scenario.on_demand_price,
-        "spot_price": scenario.spot_price,
-        "on_demand_price_date": result.provenance.on_demand_date,
-        "spot_price_date": result.provenance.spot_date,
-        "price_origin": result.provenance.price_origin,
-        "instance": result.provenance.instance,
-        "region": result.provenance.region,
-        "spot_price_range": list(result.provenance.spot_range)
-        if result.provenance.spot_range
-        else None,
-        "deadline_hours": scenario.deadline_h,
-        "interval_minutes": None if scenario.interval_h is None else scenario.interval_h * 60,
-        "hazard": str(scenario.hazard),
-    }
-    break_even = result.break_even_rate
-    monte_carlo = result.monte_carlo
+    prov, monte_carlo = result.provenance, result.monte_carlo
     return {
         "schema": SCHEMA,
-        "inputs": inputs,
+        "inputs": _inputs(result),
         "catalog": None
-        if result.provenance.catalog_path is None
-        else {
-            "path": result.provenance.catalog_path,
-            "source": result.provenance.catalog_source,
-            "date": result.provenance.catalog_date,
-        },
-        "analytic": {
-            "spot": _option(spot),
-            "on_demand": _option(demand),
-            "cost_ratio": _number(spot.cost / demand.cost),
-            "time_ratio": _number(spot.wall_h / demand.wall_h),
-            "saving": _number(demand.cost - spot.cost),
-            "break_even_preempt_rate_per_node_hour": _number(break_even),
-            "break_even_over_assumed": _number(break_even / scenario.preempt_rate)
-            if scenario.preempt_rate > 0
-            else None,
-        },
+        if prov.catalog_path is None
+        else {"path": prov.catalog_path, "source": prov.catalog_source, "date": prov.catalog_date},
+        "analytic": _analytic(result),
         "monte_carlo": None
         if monte_carlo is None
         else {
@@ -221,4 +176,51 @@ def to_dict(result: Estimate) -> dict[str, Any]:
         },
         "assumptions": list(result.assumptions),
         "warnings": list(result.warnings),
+    }
+
+
+def _inputs(result: Estimate) -> dict[str, Any]:
+    """The job and prices the estimate was made for, and where each came from."""
+    scenario, prov = result.scenario, result.provenance
+    wait = scenario.capacity_wait
+    return {
+        "nodes": scenario.nodes,
+        "gpus_per_node": scenario.gpus_per_node,
+        "hours": scenario.hours,
+        "checkpoint_minutes": scenario.checkpoint_h * 60,
+        "restart_minutes": scenario.restart_h * 60,
+        "preempt_rate_per_node_hour": scenario.preempt_rate,
+        "preempt_rate_origin": prov.rate_origin,
+        "correlation": scenario.correlation,
+        "effective_correlation": scenario.effective_correlation,
+        "hardware_rate_per_node_hour": scenario.node_hardware_rate,
+        "capacity_wait": None
+        if wait is None
+        else {"median_hours": wait.median_h, "mean_hours": wait.mean_h},
+        "on_demand_price": scenario.on_demand_price,
+        "spot_price": scenario.spot_price,
+        "on_demand_price_date": prov.on_demand_date,
+        "spot_price_date": prov.spot_date,
+        "price_origin": prov.price_origin,
+        "instance": prov.instance,
+        "region": prov.region,
+        "spot_price_range": list(prov.spot_range) if prov.spot_range else None,
+        "deadline_hours": scenario.deadline_h,
+        "interval_minutes": None if scenario.interval_h is None else scenario.interval_h * 60,
+        "hazard": str(scenario.hazard),
+    }
+
+
+def _analytic(result: Estimate) -> dict[str, Any]:
+    """The model's figures for both options, and how they compare."""
+    spot, demand, break_even = result.spot, result.on_demand, result.break_even_rate
+    preempt_rate = result.scenario.preempt_rate
+    return {
+        "spot": _option(spot),
+        "on_demand": _option(demand),
+        "cost_ratio": _number(spot.cost / demand.cost),
+        "time_ratio": _number(spot.wall_h / demand.wall_h),
+        "saving": _number(demand.cost - spot.cost),
+        "break_even_preempt_rate_per_node_hour": _number(break_even),
+        "break_even_over_assumed": _number(break_even / preempt_rate) if preempt_rate > 0 else None,
     }

@@ -10,6 +10,7 @@ import numpy as np
 
 from clusterkit.cost import analytic, simulate
 from clusterkit.cost.estimate import Estimate
+from clusterkit.cost.scenario import Scenario
 from clusterkit.errors import UsageError
 from clusterkit.words import counted
 
@@ -82,134 +83,19 @@ def write_png(result: Estimate, path: str) -> None:
 
 
 def draw(result: Estimate) -> Any:
-    """The figure (matplotlib must be importable): cost above, wall time below."""
+    """The figure (matplotlib must be importable): cost above, wall time below, sharing the
+    rate axis, which is set once both panels are drawn."""
     from matplotlib import pyplot
-    from matplotlib.ticker import FuncFormatter
 
     data = curves(result)
-    scenario, demand = result.scenario, result.on_demand
     figure, (cost_axis, time_axis) = pyplot.subplots(
         2, 1, figsize=(9, 6.8), sharex=True, gridspec_kw={"height_ratios": [2.2, 1]}
     )
-    finite = [cost for cost in (demand.cost, result.spot.cost) if math.isfinite(cost)]
-    ceiling = 3.0 * max(finite) if finite else 1.0
     spread = band(result)
-    if spread is not None and result.monte_carlo is not None:
-        cost_axis.fill_between(
-            spread["rate"],
-            spread["cost_p10"],
-            spread["cost_p90"],
-            color=SPOT_COLOR,
-            alpha=0.25,
-            lw=0,
-            label=f"spot p10-p90 (Monte Carlo, {min(BAND_TRIALS, result.monte_carlo.trials):,}"
-            " runs per rate)",
-        )
-        time_axis.fill_between(
-            spread["rate"], spread["wall_p10"], spread["wall_p90"], color=SPOT_COLOR,
-            alpha=0.25, lw=0,
-        )  # fmt: skip
-    cost_axis.plot(
-        data["rate"],
-        np.minimum(data["spot_cost"], 10 * ceiling),
-        color=SPOT_COLOR,
-        lw=2.2,
-        label=f"spot (${scenario.spot_price:g}/node-h)",
-    )
-    cost_axis.axhline(
-        demand.cost,
-        color=DEMAND_COLOR,
-        lw=2.2,
-        label=f"on-demand (${scenario.on_demand_price:g}/node-h)",
-    )
-    time_axis.plot(data["rate"], data["spot_wall"], color=SPOT_COLOR, lw=2.2)
-    time_axis.axhline(demand.wall_h, color=DEMAND_COLOR, lw=2.2)
-    for axis in (cost_axis, time_axis):
-        _shade_infeasible(axis, data)
-        axis.grid(True, which="major", alpha=0.35)
-        axis.grid(True, which="minor", alpha=0.12)
-        axis.spines[["top", "right"]].set_visible(False)
-    break_even = result.break_even_rate
-    limited = False  # break-even set by spot's feasibility rather than its cost
-    if 0 < break_even < math.inf:
-        for axis in (cost_axis, time_axis):
-            axis.axvline(break_even, color=MARK_COLOR, lw=1.2, ls=":")
-        at = analytic.spot(scenario, break_even).cost
-        limited = not math.isclose(at, demand.cost, rel_tol=1e-3)  # by feasibility, not cost
-        mark = (break_even, at if limited else demand.cost)
-        cost_axis.plot(*([value] for value in mark), "o", color=MARK_COLOR, ms=8, zorder=5)
-        words = "spot stops paying\n(infeasible beyond)" if limited else "break-even"
-        cost_axis.annotate(
-            f"{words}\n{break_even:.3g}/node-h",
-            mark,
-            xytext=(10, 16) if limited else (10, -34),
-            textcoords="offset points",
-            fontsize=9,
-            color=MARK_COLOR,
-        )
-    user_rate = scenario.preempt_rate
-    if user_rate > 0 and math.isfinite(result.spot.cost):
-        for axis in (cost_axis, time_axis):
-            axis.axvline(user_rate, color=SPOT_COLOR, lw=1.2, ls="--", alpha=0.8)
-        cost_axis.plot([user_rate], [result.spot.cost], "D", color=SPOT_COLOR, ms=8, zorder=5)
-        cost_axis.annotate(
-            f"your rate {user_rate:.3g}/node-h\nspot ${result.spot.cost:,.0f}",
-            (user_rate, result.spot.cost),
-            xytext=(-12, 14),
-            textcoords="offset points",
-            ha="right",
-            fontsize=9,
-            color=SPOT_COLOR,
-        )
-    if scenario.deadline_h is not None:
-        time_axis.axhline(scenario.deadline_h, color=MARK_COLOR, lw=1.0, ls="-.")
-        time_axis.annotate(
-            f"deadline {scenario.deadline_h:g} h",
-            (data["rate"][0], scenario.deadline_h),
-            xytext=(4, 4),
-            textcoords="offset points",
-            fontsize=8,
-            color=MARK_COLOR,
-        )
-    if 0 < break_even < math.inf:
-        cost_axis.text(
-            break_even / 1.25,
-            0.03,
-            "spot cheaper",
-            ha="right",
-            fontsize=8,
-            color=SPOT_COLOR,
-            transform=cost_axis.get_xaxis_transform(),
-        )
-        cost_axis.text(
-            break_even * 1.25,
-            0.03,
-            "on-demand better" if limited else "on-demand cheaper",
-            ha="left",
-            fontsize=8,
-            color=DEMAND_COLOR,
-            transform=cost_axis.get_xaxis_transform(),
-        )
+    _cost_panel(cost_axis, result, data, spread)
+    _time_panel(time_axis, result, data, spread)
     cost_axis.set_xscale("log")
     cost_axis.set_xlim(data["rate"][0], data["rate"][-1])
-    cost_axis.set_ylim(0, ceiling)
-    walls = [wall for wall in (demand.wall_h, result.spot.wall_h) if math.isfinite(wall)]
-    time_ceiling = 3.0 * min(max(walls), 10 * min(walls)) if walls else 1.0
-    time_axis.set_ylim(0, time_ceiling)
-    cost_axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"${value:,.0f}"))
-    cost_axis.set_ylabel("expected cost (USD)")
-    time_axis.set_ylabel("expected wall time (h)")
-    time_axis.set_xlabel("spot preemption rate (per node-hour, log scale)")
-    cost_axis.set_title(
-        f"Spot vs on-demand: {counted(scenario.nodes, 'node')} x "
-        f"{counted(scenario.gpus_per_node, 'GPU')}, "
-        f"{scenario.hours:g} h of compute\n"
-        f"checkpoint {scenario.checkpoint_h * 60:.3g} min, restart {scenario.restart_h * 60:.3g}"
-        f" min, correlation {scenario.effective_correlation:g}",
-        fontsize=11,
-        loc="left",
-    )
-    cost_axis.legend(loc="upper left", frameon=False)
     figure.text(
         0.99,
         0.005,
@@ -221,6 +107,174 @@ def draw(result: Estimate) -> Any:
     )
     figure.tight_layout(rect=(0, 0.02, 1, 1))
     return figure
+
+
+def _cost_panel(
+    axis: Any, result: Estimate, data: dict[str, np.ndarray], spread: dict[str, np.ndarray] | None
+) -> None:
+    """Expected cost of both options against the rate, break-even and the user's rate
+    marked, each side of break-even named."""
+    from matplotlib.ticker import FuncFormatter
+
+    scenario = result.scenario
+    finite = [cost for cost in (result.on_demand.cost, result.spot.cost) if math.isfinite(cost)]
+    ceiling = 3.0 * max(finite) if finite else 1.0
+    if spread is not None and result.monte_carlo is not None:
+        axis.fill_between(
+            spread["rate"],
+            spread["cost_p10"],
+            spread["cost_p90"],
+            color=SPOT_COLOR,
+            alpha=0.25,
+            lw=0,
+            label=f"spot p10-p90 (Monte Carlo, {min(BAND_TRIALS, result.monte_carlo.trials):,}"
+            " runs per rate)",
+        )
+    axis.plot(
+        data["rate"],
+        np.minimum(data["spot_cost"], 10 * ceiling),
+        color=SPOT_COLOR,
+        lw=2.2,
+        label=f"spot (${scenario.spot_price:g}/node-h)",
+    )
+    axis.axhline(
+        result.on_demand.cost,
+        color=DEMAND_COLOR,
+        lw=2.2,
+        label=f"on-demand (${scenario.on_demand_price:g}/node-h)",
+    )
+    _style(axis, data)
+    if _break_even_shown(result):
+        axis.axvline(result.break_even_rate, color=MARK_COLOR, lw=1.2, ls=":")
+        _mark_break_even(axis, result)
+    if _user_rate_shown(result):
+        axis.axvline(scenario.preempt_rate, color=SPOT_COLOR, lw=1.2, ls="--", alpha=0.8)
+        _mark_user_rate(axis, result)
+    if _break_even_shown(result):
+        _name_sides(axis, result)
+    axis.set_ylim(0, ceiling)
+    axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"${value:,.0f}"))
+    axis.set_ylabel("expected cost (USD)")
+    axis.set_title(_title(scenario), fontsize=11, loc="left")
+    axis.legend(loc="upper left", frameon=False)
+
+
+def _time_panel(
+    axis: Any, result: Estimate, data: dict[str, np.ndarray], spread: dict[str, np.ndarray] | None
+) -> None:
+    """Expected wall time of both options against the rate, with the job's deadline."""
+    scenario, demand = result.scenario, result.on_demand
+    if spread is not None and result.monte_carlo is not None:
+        axis.fill_between(
+            spread["rate"], spread["wall_p10"], spread["wall_p90"], color=SPOT_COLOR,
+            alpha=0.25, lw=0,
+        )  # fmt: skip
+    axis.plot(data["rate"], data["spot_wall"], color=SPOT_COLOR, lw=2.2)
+    axis.axhline(demand.wall_h, color=DEMAND_COLOR, lw=2.2)
+    _style(axis, data)
+    if _break_even_shown(result):
+        axis.axvline(result.break_even_rate, color=MARK_COLOR, lw=1.2, ls=":")
+    if _user_rate_shown(result):
+        axis.axvline(scenario.preempt_rate, color=SPOT_COLOR, lw=1.2, ls="--", alpha=0.8)
+    if scenario.deadline_h is not None:
+        axis.axhline(scenario.deadline_h, color=MARK_COLOR, lw=1.0, ls="-.")
+        axis.annotate(
+            f"deadline {scenario.deadline_h:g} h",
+            (data["rate"][0], scenario.deadline_h),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=8,
+            color=MARK_COLOR,
+        )
+    walls = [wall for wall in (demand.wall_h, result.spot.wall_h) if math.isfinite(wall)]
+    axis.set_ylim(0, 3.0 * min(max(walls), 10 * min(walls)) if walls else 1.0)
+    axis.set_ylabel("expected wall time (h)")
+    axis.set_xlabel("spot preemption rate (per node-hour, log scale)")
+
+
+def _style(axis: Any, data: dict[str, np.ndarray]) -> None:
+    """What both panels share: the infeasible rates shaded, a grid, no top or right frame."""
+    _shade_infeasible(axis, data)
+    axis.grid(True, which="major", alpha=0.35)
+    axis.grid(True, which="minor", alpha=0.12)
+    axis.spines[["top", "right"]].set_visible(False)
+
+
+def _break_even_shown(result: Estimate) -> bool:
+    return 0 < result.break_even_rate < math.inf
+
+
+def _user_rate_shown(result: Estimate) -> bool:
+    return result.scenario.preempt_rate > 0 and math.isfinite(result.spot.cost)
+
+
+def _limited(result: Estimate) -> bool:
+    """Break-even set by spot's feasibility rather than by its cost."""
+    at = analytic.spot(result.scenario, result.break_even_rate).cost
+    return not math.isclose(at, result.on_demand.cost, rel_tol=1e-3)
+
+
+def _mark_break_even(axis: Any, result: Estimate) -> None:
+    break_even, limited = result.break_even_rate, _limited(result)
+    at = analytic.spot(result.scenario, break_even).cost
+    mark = (break_even, at if limited else result.on_demand.cost)
+    axis.plot(*([value] for value in mark), "o", color=MARK_COLOR, ms=8, zorder=5)
+    words = "spot stops paying\n(infeasible beyond)" if limited else "break-even"
+    axis.annotate(
+        f"{words}\n{break_even:.3g}/node-h",
+        mark,
+        xytext=(10, 16) if limited else (10, -34),
+        textcoords="offset points",
+        fontsize=9,
+        color=MARK_COLOR,
+    )
+
+
+def _mark_user_rate(axis: Any, result: Estimate) -> None:
+    user_rate, cost = result.scenario.preempt_rate, result.spot.cost
+    axis.plot([user_rate], [cost], "D", color=SPOT_COLOR, ms=8, zorder=5)
+    axis.annotate(
+        f"your rate {user_rate:.3g}/node-h\nspot ${cost:,.0f}",
+        (user_rate, cost),
+        xytext=(-12, 14),
+        textcoords="offset points",
+        ha="right",
+        fontsize=9,
+        color=SPOT_COLOR,
+    )
+
+
+def _name_sides(axis: Any, result: Estimate) -> None:
+    """Which option pays off left and right of break-even, along the bottom."""
+    break_even = result.break_even_rate
+    for rate, words, align, color in (
+        (break_even / 1.25, "spot cheaper", "right", SPOT_COLOR),
+        (
+            break_even * 1.25,
+            "on-demand better" if _limited(result) else "on-demand cheaper",
+            "left",
+            DEMAND_COLOR,
+        ),
+    ):
+        axis.text(
+            rate,
+            0.03,
+            words,
+            ha=align,
+            fontsize=8,
+            color=color,
+            transform=axis.get_xaxis_transform(),
+        )
+
+
+def _title(scenario: Scenario) -> str:
+    return (
+        f"Spot vs on-demand: {counted(scenario.nodes, 'node')} x "
+        f"{counted(scenario.gpus_per_node, 'GPU')}, "
+        f"{scenario.hours:g} h of compute\n"
+        f"checkpoint {scenario.checkpoint_h * 60:.3g} min, restart {scenario.restart_h * 60:.3g}"
+        f" min, correlation {scenario.effective_correlation:g}"
+    )
 
 
 def _shade_infeasible(axis: Any, data: dict[str, np.ndarray]) -> None:

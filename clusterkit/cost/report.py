@@ -35,16 +35,33 @@ def render_text(
         emoji=False,
         soft_wrap=True,
     )
-    scenario, spot, demand, mc = result.scenario, result.spot, result.on_demand, result.monte_carlo
-    prov = result.provenance
+    console.print(_heading(result))
+    console.print(_table(result, terminal))
+    _summary(console, result)
+    style = "bold green" if result.advice.choice == "spot" else "bold yellow"
+    console.print(f"\n[{style}]Recommendation: {result.advice.headline}[/{style}]")
+    _bullets(console, "Reasons", result.advice.reasons)
+    _bullets(console, "Assumptions", result.assumptions)
+    _bullets(console, "Warnings", result.warnings, style="yellow")
+    return buffer.getvalue()
+
+
+def _heading(result: Estimate) -> str:
+    """The job, and where its prices come from."""
+    scenario, prov = result.scenario, result.provenance
     where = prov.instance or "prices from flags"
-    if result.provenance.region:
-        where += f" in {result.provenance.region}"
-    console.print(
+    if prov.region:
+        where += f" in {prov.region}"
+    return (
         f"[bold]clusterkit cost[/bold]: {counted(scenario.nodes, 'node')} x "
         f"{counted(scenario.gpus_per_node, 'GPU')}, "
         f"{scenario.hours:g} h of compute, {where}"
     )
+
+
+def _table(result: Estimate, terminal: bool) -> Table:
+    """Spot and on-demand side by side: the model's figures, then the simulation's."""
+    spot, demand, prov = result.spot, result.on_demand, result.provenance
     table = Table(box=box.SIMPLE_HEAD if terminal else box.ASCII, show_edge=terminal)
     table.add_column("")
     table.add_column("spot", justify="right")
@@ -63,34 +80,47 @@ def render_text(
         ("+ capacity waits (unbilled)", _hours(spot.wait_h), _hours(demand.wait_h)),
         ("expected wall time", _hours(spot.wall_h), _hours(demand.wall_h)),
         ("expected cost", _money(spot.cost), _money(demand.cost)),
+        *_simulated_rows(result),
     ]
-    if mc is not None:
-        rows += [
-            (
-                "p50 / p90 wall time (MC)",
-                f"{_hours(mc.spot.p50_wall_h)} / {_hours(mc.spot.p90_wall_h)}",
-                f"{_hours(mc.on_demand.p50_wall_h)} / {_hours(mc.on_demand.p90_wall_h)}",
-            ),
-            (
-                "p50 / p90 cost (MC)",
-                f"{_money(mc.spot.p50_cost)} / {_money(mc.spot.p90_cost)}",
-                f"{_money(mc.on_demand.p50_cost)} / {_money(mc.on_demand.p90_cost)}",
-            ),
-        ]
-        if scenario.deadline_h is not None:
-            rows.append(
-                (
-                    f"P(miss {scenario.deadline_h:g} h deadline)",
-                    f"{mc.spot.p_miss_deadline:.1%}",
-                    f"{mc.on_demand.p_miss_deadline:.1%}",
-                )
-            )
     for label, *cells in rows:
         table.add_row(label, *cells)
-    console.print(table)
-    ratio = spot.cost / demand.cost
+    return table
+
+
+def _simulated_rows(result: Estimate) -> list[tuple[str, str, str]]:
+    """The Monte Carlo's spread of both options (none without a simulation)."""
+    mc, deadline = result.monte_carlo, result.scenario.deadline_h
+    if mc is None:
+        return []
+    rows = [
+        (
+            "p50 / p90 wall time (MC)",
+            f"{_hours(mc.spot.p50_wall_h)} / {_hours(mc.spot.p90_wall_h)}",
+            f"{_hours(mc.on_demand.p50_wall_h)} / {_hours(mc.on_demand.p90_wall_h)}",
+        ),
+        (
+            "p50 / p90 cost (MC)",
+            f"{_money(mc.spot.p50_cost)} / {_money(mc.spot.p90_cost)}",
+            f"{_money(mc.on_demand.p50_cost)} / {_money(mc.on_demand.p90_cost)}",
+        ),
+    ]
+    if deadline is not None:
+        rows.append(
+            (
+                f"P(miss {deadline:g} h deadline)",
+                f"{mc.spot.p_miss_deadline:.1%}",
+                f"{mc.on_demand.p_miss_deadline:.1%}",
+            )
+        )
+    return rows
+
+
+def _summary(console: Console, result: Estimate) -> None:
+    """Spot over on-demand in one line, and how the simulation ran."""
+    spot, demand, mc = result.spot, result.on_demand, result.monte_carlo
     console.print(
-        f"spot / on-demand: cost {_share(ratio)}, time {_share(spot.wall_h / demand.wall_h)}; "
+        f"spot / on-demand: cost {_share(spot.cost / demand.cost)}, "
+        f"time {_share(spot.wall_h / demand.wall_h)}; "
         f"break-even preemption rate {_rate(result.break_even_rate)}"
         + (f"; P(spot costs more) {mc.p_spot_costs_more:.1%}" if mc else "")
     )
@@ -98,14 +128,8 @@ def render_text(
         console.print(f"Monte Carlo: {result.simulation_note}")
     elif mc:
         console.print(
-            f"Monte Carlo: {mc.trials:,} trials, seed {mc.seed}, hazard {scenario.hazard}"
+            f"Monte Carlo: {mc.trials:,} trials, seed {mc.seed}, hazard {result.scenario.hazard}"
         )
-    style = "bold green" if result.advice.choice == "spot" else "bold yellow"
-    console.print(f"\n[{style}]Recommendation: {result.advice.headline}[/{style}]")
-    _bullets(console, "Reasons", result.advice.reasons)
-    _bullets(console, "Assumptions", result.assumptions)
-    _bullets(console, "Warnings", result.warnings, style="yellow")
-    return buffer.getvalue()
 
 
 def _bullets(console: Console, title: str, lines: tuple[str, ...], style: str = "") -> None:

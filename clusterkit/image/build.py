@@ -12,7 +12,7 @@ from typing import Any
 
 import docker
 import docker.errors
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
 
 from clusterkit.errors import ConfigError, ExternalToolError
 from clusterkit.image.engine import chunk_error, console, env_auth
@@ -65,12 +65,9 @@ def build_image(
 ) -> Built:
     ensure_current(spec)
     out = console()
-    image_id: str | None = None
-    steps = cached = 0
-    tail: list[str] = []
     progress = Progress(TextColumn("{task.description}"), BarColumn(), console=out)
     live = out.is_terminal and not quiet
-    task = progress.add_task("build", total=None)
+    log = _BuildLog(references[0], progress, progress.add_task("build", total=None))
     try:
         if live:
             progress.start()
@@ -88,31 +85,7 @@ def build_image(
             network_mode=network,
         )
         for chunk in stream:
-            error = chunk_error(chunk)
-            if error:
-                detail = " | ".join(tail[-3:])
-                raise ExternalToolError(
-                    f"build of {references[0]} failed: {error}"
-                    + (f" (last output: {detail})" if detail else "")
-                )
-            aux = chunk.get("aux")
-            if isinstance(aux, dict) and aux.get("ID"):
-                image_id = aux["ID"]
-            text = chunk.get("stream", "")
-            for line in text.splitlines():
-                line = line.rstrip()
-                if not line:
-                    continue
-                tail = [*tail[-19:], line]
-                step = _STEP.match(line)
-                if step:
-                    steps = int(step.group(2))
-                    label = f"step {step.group(1)}/{steps} {step.group(3)[:60]}"
-                    progress.update(
-                        task, total=steps, completed=int(step.group(1)) - 1, description=label
-                    )
-                if "Using cache" in line:
-                    cached += 1
+            for line in log.read(chunk):
                 if not live and not quiet:
                     out.print(line, markup=False)
     except docker.errors.APIError as error:
@@ -120,12 +93,53 @@ def build_image(
     finally:
         if live:
             progress.stop()
-    if image_id is None:
+    if log.image_id is None:
         raise ExternalToolError(f"build of {references[0]} ended without an image id")
     for reference in references[1:]:
         repository, _, tag = reference.rpartition(":")
-        api.tag(image_id, repository, tag)
-    return Built(image_id, references, cached, steps)
+        api.tag(log.image_id, repository, tag)
+    return Built(log.image_id, references, log.cached, log.steps)
+
+
+class _BuildLog:
+    """The builder's stream as it comes: the image id, the step count on the progress bar,
+    how many steps came from the cache, and the last lines for an error message."""
+
+    def __init__(self, reference: str, progress: Progress, task: TaskID) -> None:
+        self.reference, self.progress, self.task = reference, progress, task
+        self.image_id: str | None = None
+        self.steps = self.cached = 0
+        self.tail: list[str] = []
+
+    def read(self, chunk: dict[str, Any]) -> list[str]:
+        """The chunk's output lines; ExternalToolError when it reports a failed step."""
+        error = chunk_error(chunk)
+        if error:
+            detail = " | ".join(self.tail[-3:])
+            raise ExternalToolError(
+                f"build of {self.reference} failed: {error}"
+                + (f" (last output: {detail})" if detail else "")
+            )
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and aux.get("ID"):
+            self.image_id = aux["ID"]
+        lines = [line.rstrip() for line in chunk.get("stream", "").splitlines()]
+        lines = [line for line in lines if line]
+        for line in lines:
+            self._note(line)
+        return lines
+
+    def _note(self, line: str) -> None:
+        self.tail = [*self.tail[-19:], line]
+        step = _STEP.match(line)
+        if step:
+            self.steps = int(step.group(2))
+            label = f"step {step.group(1)}/{self.steps} {step.group(3)[:60]}"
+            self.progress.update(
+                self.task, total=self.steps, completed=int(step.group(1)) - 1, description=label
+            )
+        if "Using cache" in line:
+            self.cached += 1
 
 
 def push_image(api: docker.APIClient, reference: str, *, quiet: bool = False) -> str:

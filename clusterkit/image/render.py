@@ -132,6 +132,8 @@ WHEELHOUSE = "/opt/clusterkit/wheelhouse"  # in the throw-away install stage onl
 
 
 def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
+    """The Dockerfile: a system stage, a throw-away stage that installs the lock into a
+    venv, and the final image. Every value from the spec or lock is checked first."""
     base = _checked(
         spec, "base", f"{lock['base']['image']}@{lock['base']['digest']}", grammar.pinned_image
     )
@@ -139,29 +141,49 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
     apt = [
         shlex.quote(_checked(spec, "apt", name, grammar.apt_package)) for name in apt_packages(spec)
     ]
-    pip_sources = ["--index-url", shlex.quote(index)]
-    if index != DEFAULT_INDEX:
-        pip_sources += ["--extra-index-url", DEFAULT_INDEX]
-    copy_wheelhouse = ""
-    if spec.wheelhouse:  # every locked wheel lies there (`image lock` fills it): no index
-        folder = _checked(spec, "wheelhouse", spec.wheelhouse, grammar.wheelhouse)
-        # Root's own folder, not /tmp: nothing another user could have made first.
-        pip_sources = ["--no-index", "--find-links", WHEELHOUSE]
-        copy_wheelhouse = f"COPY {folder.rstrip('/')}/ {WHEELHOUSE}/\n"
+    pip_sources, copy_wheelhouse = _pip_sources(spec, index)
     label_lines = [
         f"{key}={_label_value(spec, key, value)}"
         for key, value in sorted(labels(spec, lock).items())
     ]
-    unpinned_apt = any("=" not in package for package in apt)
+    return (
+        HEADER
+        + _system_stage(base, apt)
+        + "\n"
+        + _venv_stage(pip_sources, copy_wheelhouse)
+        + "\n"
+        + _final_stage(label_lines)
+    )
+
+
+def _pip_sources(spec: ImageSpec, index: str) -> tuple[list[str], str]:
+    """Where pip finds the locked wheels, and the COPY that brings the wheelhouse in ("" for
+    none): the wheelhouse alone when the spec names one (`image lock` fills it), else the
+    torch index and PyPI."""
+    if spec.wheelhouse:
+        folder = _checked(spec, "wheelhouse", spec.wheelhouse, grammar.wheelhouse)
+        # Root's own folder, not /tmp: nothing another user could have made first.
+        return [
+            "--no-index",
+            "--find-links",
+            WHEELHOUSE,
+        ], f"COPY {folder.rstrip('/')}/ {WHEELHOUSE}/\n"
+    pip_sources = ["--index-url", shlex.quote(index)]
+    if index != DEFAULT_INDEX:
+        pip_sources += ["--extra-index-url", DEFAULT_INDEX]
+    return pip_sources, ""
+
+
+def _system_stage(base: str, apt: list[str]) -> str:
+    """The base, the system packages and the unprivileged user."""
     apt_note = (
         "# Unpinned: these follow the base's archive; pin them in the spec as name=version.\n"
         "# hadolint ignore=DL3008\n"
-        if unpinned_apt
+        if any("=" not in package for package in apt)
         else "# Pinned by the spec (name=version): a rebuild installs the same packages.\n"
     )
     return (
-        HEADER
-        + "# Classic-builder syntax: built through the Docker Engine API, without BuildKit.\n"
+        "# Classic-builder syntax: built through the Docker Engine API, without BuildKit.\n"
         + f"FROM {base} AS system\n"
         + 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
         + "ENV "
@@ -188,8 +210,13 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
         + "\n"
         + f"# The unprivileged user the image runs as (uid {RUN_UID}).\n"
         + f"RUN useradd --create-home --uid {RUN_UID} --user-group --shell /bin/bash {RUN_USER}\n"
-        + "\n"
-        + "# Install the lock into a venv in a throw-away stage: the wheelhouse never reaches\n"
+    )
+
+
+def _venv_stage(pip_sources: list[str], copy_wheelhouse: str) -> str:
+    """The lock installed into a venv, hashes required, in a stage of its own."""
+    return (
+        "# Install the lock into a venv in a throw-away stage: the wheelhouse never reaches\n"
         + "# the final image's layers.\n"
         + "FROM system AS venv\n"
         + f"COPY {REQUIREMENTS_FILE} /opt/clusterkit/{REQUIREMENTS_FILE}\n"
@@ -206,8 +233,14 @@ def dockerfile_text(spec: ImageSpec, lock: dict[str, Any]) -> str:
                 f"&& rm -f {VENV}/lib/python*/site-packages/*.dist-info/direct_url.json",
             ]
         )
-        + "\n\n"
-        + "FROM system\n"
+        + "\n"
+    )
+
+
+def _final_stage(label_lines: list[str]) -> str:
+    """The system stage with the venv copied in, pinned against later installs, labelled."""
+    return (
+        "FROM system\n"
         + f"COPY --from=venv {VENV} {VENV}\n"
         + f"COPY {REQUIREMENTS_FILE} /opt/clusterkit/{REQUIREMENTS_FILE}\n"
         + "# Later `pip install` in the image cannot move torch or NCCL (NGC pattern).\n"

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
-from clusterkit.image.checks import STAGE, image_findings
+from clusterkit.image.checks import STAGE, image_findings, rdma_findings
 from clusterkit.inventory.model import Inventory
 from clusterkit.nodescript.compose import node_script
 from clusterkit.nodescript.run import run_node_script
-from clusterkit.transport.base import Deadline, Transport
+from clusterkit.stages.base import StageResult
+from clusterkit.transport.base import Deadline
 from clusterkit.transport.pool import parallel
+
+if TYPE_CHECKING:
+    from clusterkit.stages.session import Session
 
 NODE_SCRIPT = "clusterkit.image.node"
 
@@ -34,20 +38,27 @@ def _node_args(inventory: Inventory, step_timeout: float, gpus: bool) -> list[st
     return args
 
 
-def run_image_stage(
-    transports: dict[str, Transport],
-    inventory: Inventory,
-    deadline: Deadline,
-    *,
-    driver_by_host: dict[str, str | None] | None = None,
-    workers: int = 64,
-) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
-    """Findings and each host's raw facts. A host whose script gives no frame counts as could
-    not check (error), never as a pass. Hosts with a driver get `--gpus all` on the run."""
-    if not inventory.settings.image:
-        return image_findings({}, inventory.settings), {}
+def run_image_stage(session: Session, deadline: Deadline) -> StageResult:
+    """Stage "image": findings, and each host's raw facts for the JSON report. A host whose
+    script gives no frame counts as could not check (error), never as a pass. Hosts with a
+    driver in the probe's facts get `--gpus all` on the run."""
+    settings = session.inventory.settings
+    if not settings.image:
+        return StageResult(image_findings({}, settings), {})
+    drivers = {host: (f.get("gpus") or {}).get("driver") for host, f in session.facts.items()}
+    facts = image_facts(session, deadline, drivers)
+    findings = image_findings(facts, settings, drivers)
+    if not findings:
+        findings = [Finding("image.stage", Status.ERROR, "no image facts", stage=STAGE)]
+    return StageResult(findings + rdma_findings(facts, session.facts), facts)
+
+
+def image_facts(
+    session: Session, deadline: Deadline, drivers: dict[str, str | None]
+) -> dict[str, dict[str, Any]]:
+    """What the node script found on each connected host, in host order."""
+    inventory = session.inventory
     script = node_script(NODE_SCRIPT)
-    drivers = driver_by_host or {}
     # Inspect + info + run each get a share; the run dominates (python and torch import).
     step_timeout = max(5.0, deadline.remaining() / 3)
 
@@ -56,7 +67,7 @@ def run_image_stage(
         # report of its own failure: image_findings reads it.
         try:
             return run_node_script(
-                transports[host],
+                session.transports[host],
                 script,
                 _node_args(inventory, step_timeout, drivers.get(host) is not None),
                 interpreter=_interpreter(inventory, host),
@@ -67,15 +78,11 @@ def run_image_stage(
         except TransportError as error:
             return {"present": None, "error": error.detail}
 
-    hosts = sorted(transports)
-    results = parallel(one, hosts, workers=workers)
+    hosts = sorted(session.transports)
     facts: dict[str, dict[str, Any]] = {}
-    for host, result in zip(hosts, results, strict=True):
+    for host, result in zip(hosts, parallel(one, hosts, workers=session.workers), strict=True):
         if isinstance(result, BaseException):
             facts[host] = {"present": None, "error": str(result)}
         else:
             facts[host] = result
-    findings = image_findings(facts, inventory.settings, drivers)
-    if not findings:
-        findings = [Finding("image.stage", Status.ERROR, "no image facts", stage=STAGE)]
-    return findings, facts
+    return facts

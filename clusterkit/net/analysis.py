@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,45 +195,64 @@ def _is_loopback(address: str) -> bool:
 def master_findings(
     facts_by_host: dict[str, dict[str, Any]], options: NetworkOptions
 ) -> list[Finding]:
-    findings: list[Finding] = []
-    name = options.master_name
+    """net.master-resolve, net.master-address, net.hostname-loopback."""
     resolved = {host: master_address(facts) for host, facts in facts_by_host.items()}
+    answered = {host: address for host, address in resolved.items() if address}
+    expected = _majority(answered) if answered else None
+    return [
+        _master_resolve_finding(facts_by_host, options.master_name, resolved, expected),
+        *_master_address_findings(facts_by_host, options, answered, expected),
+        _hostname_finding(facts_by_host),
+    ]
+
+
+def _master_resolve_finding(
+    facts_by_host: dict[str, dict[str, Any]],
+    name: str,
+    resolved: dict[str, str | None],
+    expected: str | None,
+) -> Finding:
+    """net.master-resolve: every node resolves the master's name, to the same address."""
     failed = {
         host: (facts.get("master") or {}).get("error") or "no address"
         for host, facts in facts_by_host.items()
         if resolved[host] is None
     }
-    answered = {host: address for host, address in resolved.items() if address}
-    expected = _majority(answered) if answered else None
-    odd = sorted(host for host, address in answered.items() if address != expected)
-    if failed or odd:
-        parts = [f"{host}: {name} does not resolve ({reason})" for host, reason in failed.items()]
-        parts += [f"{host} resolves {name} to {answered[host]}" for host in odd]
-        findings.append(
-            finding(
-                "net.master-resolve",
-                Status.FAIL,
-                "; ".join(parts) + (f"; the others to {expected}" if expected else ""),
-                hosts=sorted(set(failed) | set(odd)),
-                expected=expected,
-                found={host: resolved[host] for host in sorted(set(failed) | set(odd))},
-                remedy=f"make {name} resolve to the master's fabric address on every node "
-                "(DNS or /etc/hosts), or set clusterkit.master to that address",
-            )
+    odd = sorted(host for host, address in resolved.items() if address and address != expected)
+    if not (failed or odd):
+        return finding(
+            "net.master-resolve",
+            Status.OK,
+            f"{name} resolves to {expected} on every node",
+            expected=expected,
         )
-    else:
-        findings.append(
-            finding(
-                "net.master-resolve",
-                Status.OK,
-                f"{name} resolves to {expected} on every node",
-                expected=expected,
-            )
-        )
-    master_facts = facts_by_host.get(options.master_host)
+    parts = [f"{host}: {name} does not resolve ({reason})" for host, reason in failed.items()]
+    parts += [f"{host} resolves {name} to {resolved[host]}" for host in odd]
+    return finding(
+        "net.master-resolve",
+        Status.FAIL,
+        "; ".join(parts) + (f"; the others to {expected}" if expected else ""),
+        hosts=sorted(set(failed) | set(odd)),
+        expected=expected,
+        found={host: resolved[host] for host in sorted(set(failed) | set(odd))},
+        remedy=f"make {name} resolve to the master's fabric address on every node "
+        "(DNS or /etc/hosts), or set clusterkit.master to that address",
+    )
+
+
+def _master_address_findings(
+    facts_by_host: dict[str, dict[str, Any]],
+    options: NetworkOptions,
+    answered: dict[str, str],
+    expected: str | None,
+) -> list[Finding]:
+    """net.master-address: the name resolves to an address of the master, never loopback
+    (none when there is nothing to compare)."""
+    name, master = options.master_name, options.master_host
+    master_facts = facts_by_host.get(master)
     loopback = sorted(host for host, address in answered.items() if _is_loopback(address))
     if loopback:
-        findings.append(
+        return [
             finding(
                 "net.master-address",
                 Status.FAIL,
@@ -243,37 +262,35 @@ def master_findings(
                 found={host: answered[host] for host in loopback},
                 remedy=f"remove the 127.x line naming {name} from /etc/hosts on those nodes",
             )
+        ]
+    if not expected or master_facts is None:
+        return []
+    own = {
+        entry["address"]
+        for item in master_facts.get("interfaces") or []
+        for entry in item.get("addresses") or []
+    }
+    if expected in own:
+        return [
+            finding(
+                "net.master-address",
+                Status.OK,
+                f"{expected} belongs to {master}",
+                hosts=[master],
+            )
+        ]
+    return [
+        finding(
+            "net.master-address",
+            Status.FAIL,
+            f"{name} resolves to {expected}, which is not an address of the master "
+            f"{master} (has {', '.join(sorted(own)) or 'none'})",
+            hosts=[master],
+            expected=sorted(own),
+            found=expected,
+            remedy=f"point {name} at an address of {master}",
         )
-    elif expected and master_facts is not None:
-        own = {
-            entry["address"]
-            for item in master_facts.get("interfaces") or []
-            for entry in item.get("addresses") or []
-        }
-        if expected not in own:
-            findings.append(
-                finding(
-                    "net.master-address",
-                    Status.FAIL,
-                    f"{name} resolves to {expected}, which is not an address of the master "
-                    f"{options.master_host} (has {', '.join(sorted(own)) or 'none'})",
-                    hosts=[options.master_host],
-                    expected=sorted(own),
-                    found=expected,
-                    remedy=f"point {name} at an address of {options.master_host}",
-                )
-            )
-        else:
-            findings.append(
-                finding(
-                    "net.master-address",
-                    Status.OK,
-                    f"{expected} belongs to {options.master_host}",
-                    hosts=[options.master_host],
-                )
-            )
-    findings.append(_hostname_finding(facts_by_host))
-    return findings
+    ]
 
 
 def _hostname_finding(facts_by_host: dict[str, dict[str, Any]]) -> Finding:
@@ -400,31 +417,13 @@ def connect_findings(
     net.firewall(-unknown). `matrix`: the pairs the mesh tested (every pair when None);
     `cuts`: subnet pairs cut from each other (cover.subnet_cuts), reported once each
     instead of pair by pair."""
-    findings: list[Finding] = []
     master = options.master_host
     in_use = {
         item["port"]: item
         for item in listeners.get(master, [])
         if item["role"] in ("master_port", "rdzv_port") and item["state"] != "ok"
     }
-    if in_use:
-        parts, found = [], []
-        for port, item in sorted(in_use.items()):
-            holder = item.get("holder") or {}
-            parts.append(f"{item['role']}: {_unbound_text(master, item)}")
-            found.append({"port": port, "role": item["role"], "holder": holder or None})
-        held = ", ".join(str(port) for port in sorted(in_use))
-        findings.append(
-            finding(
-                "net.rendezvous-port-in-use",
-                Status.FAIL,
-                "; ".join(parts) + "; a previous job may still be running",
-                hosts=[master],
-                found=found,
-                remedy=f"stop the process holding {held} on {master} or choose another port "
-                "(clusterkit.master_port / clusterkit.rdzv_port)",
-            )
-        )
+    findings = [_port_in_use_finding(master, in_use)] if in_use else []
     all_blocked: list[Blocked] = []
     reached: list[str] = []
     for port, role in options.rendezvous_ports:
@@ -435,22 +434,7 @@ def connect_findings(
         if not failed:
             reached.append(f"{role} {port}")
     if all_blocked:
-        ports = sorted({b.port for b in all_blocked})
-        findings.append(
-            finding(
-                "net.rendezvous",
-                Status.FAIL,
-                f"rendezvous on {master} not reachable: "
-                + _rendezvous_text(all_blocked, master, choices, cuts),
-                hosts=sorted({master} | {b.source for b in all_blocked}),
-                expected=f"every node connects to {master} on "
-                + ", ".join(str(p) for p, _ in options.rendezvous_ports),
-                found=[_blocked_dict(b) for b in all_blocked],
-                remedy=f"open TCP {', '.join(map(str, ports))} on {master} to every node (e.g. "
-                f"iptables -I INPUT -p tcp -m multiport --dports {','.join(map(str, ports))} "
-                "-j ACCEPT)",
-            )
-        )
+        findings.append(_rendezvous_blocked(all_blocked, options, choices, cuts))
     elif reached:
         findings.append(
             finding(
@@ -464,6 +448,49 @@ def connect_findings(
         matrix = build_matrix(hosts, connects)
     findings += _mesh_findings(hosts, connects, facts_by_host, choices, all_blocked, matrix, cuts)
     return findings
+
+
+def _port_in_use_finding(master: str, in_use: dict[int, dict[str, Any]]) -> Finding:
+    """net.rendezvous-port-in-use: the master could not listen on a rendezvous port."""
+    parts, found = [], []
+    for port, item in sorted(in_use.items()):
+        holder = item.get("holder") or {}
+        parts.append(f"{item['role']}: {_unbound_text(master, item)}")
+        found.append({"port": port, "role": item["role"], "holder": holder or None})
+    held = ", ".join(str(port) for port in sorted(in_use))
+    return finding(
+        "net.rendezvous-port-in-use",
+        Status.FAIL,
+        "; ".join(parts) + "; a previous job may still be running",
+        hosts=[master],
+        found=found,
+        remedy=f"stop the process holding {held} on {master} or choose another port "
+        "(clusterkit.master_port / clusterkit.rdzv_port)",
+    )
+
+
+def _rendezvous_blocked(
+    blocked: list[Blocked],
+    options: NetworkOptions,
+    choices: dict[str, InterfaceChoice],
+    cuts: Sequence[Cut],
+) -> Finding:
+    """net.rendezvous failing: the nodes that could not reach the master's ports, and why."""
+    master = options.master_host
+    ports = sorted({b.port for b in blocked})
+    return finding(
+        "net.rendezvous",
+        Status.FAIL,
+        f"rendezvous on {master} not reachable: "
+        + _rendezvous_text(blocked, master, choices, cuts),
+        hosts=sorted({master} | {b.source for b in blocked}),
+        expected=f"every node connects to {master} on "
+        + ", ".join(str(p) for p, _ in options.rendezvous_ports),
+        found=[_blocked_dict(b) for b in blocked],
+        remedy=f"open TCP {', '.join(map(str, ports))} on {master} to every node (e.g. "
+        f"iptables -I INPUT -p tcp -m multiport --dports {','.join(map(str, ports))} "
+        "-j ACCEPT)",
+    )
 
 
 def port_findings(unbound: dict[str, list[dict[str, Any]]]) -> list[Finding]:
@@ -562,7 +589,21 @@ def _mesh_findings(
         and (c["from"], c["peer"]) in failing
     ]
     blocked = [explain_connect(c, facts_by_host, choices) for c in failed_connects]
-    findings: list[Finding] = []
+    findings = [_mesh_finding(hosts, matrix, failing, len(failing_all) - len(failing), blocked)]
+    findings += _cut_findings(cuts, subnets, connects, facts_by_host, choices, across_cut)
+    findings += _firewall_findings(blocked + rendezvous_blocked, choices)
+    return findings
+
+
+def _mesh_finding(
+    hosts: Sequence[str],
+    matrix: dict[str, dict[str, str]],
+    failing: set[tuple[str, str]],
+    across: int,
+    blocked: list[Blocked],
+) -> Finding:
+    """net.mesh: every tested pair opens TCP both ways, but those across a cut (`across`
+    of them), which net.subnet-cut reports."""
     total = len(matrix) * (len(matrix) - 1)
     tested = tested_pairs(matrix)
     of_total = f" (of {total} that exist: a covering set)" if tested < total else ""
@@ -571,47 +612,33 @@ def _mesh_findings(
         alone = "".join(
             f"{host} fails all {count} tested pairs with it; " for host, count in isolated.items()
         )
-        findings.append(
-            finding(
-                "net.mesh",
-                Status.FAIL,
-                f"{len(failing)} of {tested} tested node pairs{of_total} cannot open TCP: "
-                + alone
-                + "; ".join(b.describe() for b in blocked[:MESSAGE_PAIRS])
-                + (
-                    f"; and {len(blocked) - MESSAGE_PAIRS} more"
-                    if len(blocked) > MESSAGE_PAIRS
-                    else ""
-                ),
-                hosts=sorted({b.source for b in blocked} | {b.destination for b in blocked}),
-                expected="all TCP between cluster nodes open on the collective interface",
-                found=[_blocked_dict(b) for b in blocked],
-                remedy="allow all TCP between the cluster nodes on the collective interface "
-                "(NCCL and gloo use ephemeral ports in both directions)",
-            )
+        return finding(
+            "net.mesh",
+            Status.FAIL,
+            f"{len(failing)} of {tested} tested node pairs{of_total} cannot open TCP: "
+            + alone
+            + "; ".join(b.describe() for b in blocked[:MESSAGE_PAIRS])
+            + (
+                f"; and {len(blocked) - MESSAGE_PAIRS} more" if len(blocked) > MESSAGE_PAIRS else ""
+            ),
+            hosts=sorted({b.source for b in blocked} | {b.destination for b in blocked}),
+            expected="all TCP between cluster nodes open on the collective interface",
+            found=[_blocked_dict(b) for b in blocked],
+            remedy="allow all TCP between the cluster nodes on the collective interface "
+            "(NCCL and gloo use ephemeral ports in both directions)",
         )
-    elif tested:
-        across = len(failing_all) - len(failing)
-        findings.append(
-            finding(
-                "net.mesh",
-                Status.OK,
-                f"all {tested - across} tested node pairs{of_total} open TCP both ways"
-                + (f", but for the {across} across cut subnets (net.subnet-cut)" if across else ""),
-                hosts=list(hosts),
-            )
+    if tested:
+        return finding(
+            "net.mesh",
+            Status.OK,
+            f"all {tested - across} tested node pairs{of_total} open TCP both ways"
+            + (f", but for the {across} across cut subnets (net.subnet-cut)" if across else ""),
+            hosts=list(hosts),
         )
-    else:  # an OK over no pair would be a pass about nothing
-        findings.append(
-            finding(
-                "net.mesh",
-                Status.SKIP,
-                "no node pair could be tested (fewer than two nodes took part)",
-            )
-        )
-    findings += _cut_findings(cuts, subnets, connects, facts_by_host, choices, across_cut)
-    findings += _firewall_findings(blocked + rendezvous_blocked, choices)
-    return findings
+    # an OK over no pair would be a pass about nothing
+    return finding(
+        "net.mesh", Status.SKIP, "no node pair could be tested (fewer than two nodes took part)"
+    )
 
 
 def _subnet(choice: InterfaceChoice | None) -> str:
@@ -641,7 +668,7 @@ def _cut_findings(
     connects: Sequence[dict[str, Any]],
     facts_by_host: dict[str, dict[str, Any]],
     choices: dict[str, InterfaceChoice],
-    across_cut,
+    across_cut: Callable[[str, str], bool],
 ) -> list[Finding]:
     """One finding for every cut subnet pair, with what a sample of its pairs shows."""
     networks = sorted({subnet for subnet in subnets.values() if subnet != UNKNOWN_SUBNET})
@@ -666,33 +693,9 @@ def _cut_findings(
             and across_cut(c["from"], c["peer"])
             and sorted((subnets[c["from"]], subnets[c["peer"]])) == [cut.first, cut.second]
         ][:CUT_SAMPLE]
-        explained = sorted(
-            {
-                f"{node}: {why}"
-                for item in sample
-                for node, why in explain_connect(item, facts_by_host, choices).explanations
-            }
-        )
-        results = sorted({c["result"] for c in sample})
-        why = (
-            "explained by " + "; ".join(explained)
-            if explained
-            else "no rule on the nodes explains it: a router, switch ACL or security group "
-            "between them"
-        )
-        parts.append(
-            f"{cut.describe()}: all {cut.pairs} tested pairs between them fail "
-            f"({', '.join(results)}) while their {cut.hosts} nodes connect elsewhere; {why}"
-        )
-        found.append(
-            {
-                "subnets": [cut.first, cut.second],
-                "pairs": cut.pairs,
-                "nodes": cut.hosts,
-                "results": results,
-                "explained_by": explained,
-            }
-        )
+        part, entry = _cut_sample(cut, sample, facts_by_host, choices)
+        parts.append(part)
+        found.append(entry)
     names = ", ".join(f"{cut.first} and {cut.second}" for cut in cuts)
     return [
         finding(
@@ -704,6 +707,41 @@ def _cut_findings(
             "security group): NCCL and gloo connect every node pair",
         )
     ]
+
+
+def _cut_sample(
+    cut: Cut,
+    sample: list[dict[str, Any]],
+    facts_by_host: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+) -> tuple[str, dict[str, Any]]:
+    """One cut in words and as data: what its sampled failing connects show, and the node
+    rules that explain them, if any."""
+    explained = sorted(
+        {
+            f"{node}: {why}"
+            for item in sample
+            for node, why in explain_connect(item, facts_by_host, choices).explanations
+        }
+    )
+    results = sorted({c["result"] for c in sample})
+    why = (
+        "explained by " + "; ".join(explained)
+        if explained
+        else "no rule on the nodes explains it: a router, switch ACL or security group between them"
+    )
+    part = (
+        f"{cut.describe()}: all {cut.pairs} tested pairs between them fail "
+        f"({', '.join(results)}) while their {cut.hosts} nodes connect elsewhere; {why}"
+    )
+    entry = {
+        "subnets": [cut.first, cut.second],
+        "pairs": cut.pairs,
+        "nodes": cut.hosts,
+        "results": results,
+        "explained_by": explained,
+    }
+    return part, entry
 
 
 def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:

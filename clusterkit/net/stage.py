@@ -11,20 +11,20 @@ no listener closes while a peer handed "go" late may still connect. When a cover
 found failures, bound, mesh and listeners run again in the same node processes to retest
 the failing nodes against everyone. Each step runs on all nodes in parallel and waits for
 the slowest (a barrier), and every node-side step is bounded, so the stage takes about as
-long for 32 nodes as for 4.
+long for 32 nodes as for 4. `run_network_stage` is the three steps in turn: `gather_facts`,
+`mesh_rounds` (bound, mesh and listeners, each round) and `network_report` (the verdict).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from clusterkit.checks.model import Finding
 from clusterkit.framing import END
-from clusterkit.inventory.model import Inventory
 from clusterkit.net import analysis
-from clusterkit.net.cover import MeshRounds, Pair, subnet_cuts
+from clusterkit.net.cover import Cut, MeshRounds, Pair, subnet_cuts
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
 from clusterkit.net.plan import (
@@ -42,8 +42,12 @@ from clusterkit.nodescript.run import (
     failure_of,
     shipment,
 )
+from clusterkit.stages.base import StageResult
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
+
+if TYPE_CHECKING:
+    from clusterkit.stages.session import Session
 
 FACTS_SECONDS = 15.0  # node-side resolver and tool bounds are 3 s and 5 s, run concurrently
 TRANSPORT_MARGIN = 10.0  # SSH exec start and output transfer on a busy control machine
@@ -156,176 +160,272 @@ def _bounded(deadline: Deadline, seconds: float) -> Deadline:
     return Deadline(min(deadline.at, time.monotonic() + seconds))
 
 
+@dataclass(frozen=True)
+class NetworkScope:
+    """Whom the stage acts on, and how: hosts in inventory order, every one (`everyone`) and
+    those connected (`hosts`). Hosts never connected are the connect stage's errors
+    (host.reachable), not this stage's: they are left out of the mesh and of its pair counts."""
+
+    options: NetworkOptions
+    everyone: list[str]
+    hosts: list[str]
+    interpreters: dict[str, str]
+    addresses: dict[str, str]  # host -> its SSH address
+
+    @classmethod
+    def of(cls, session: Session, mesh: str | None) -> NetworkScope:
+        inventory = session.inventory
+        everyone = [host.name for host in inventory.hosts]
+        return cls(
+            options=NetworkOptions.from_inventory(inventory, mesh),
+            everyone=everyone,
+            hosts=[host for host in everyone if host in session.transports],
+            interpreters={
+                host.name: host.python_interpreter or "python3" for host in inventory.hosts
+            },
+            addresses={host.name: host.address for host in inventory.hosts},
+        )
+
+    @property
+    def round_seconds(self) -> float:
+        """A round's steps as each node sees them: bound, mesh, listeners."""
+        return self.options.mesh_seconds + 3 * TRANSPORT_MARGIN
+
+    @property
+    def seconds(self) -> float:
+        """The most the stage may last: facts and every round."""
+        return FACTS_SECONDS + TRANSPORT_MARGIN + MAX_ROUNDS * self.round_seconds
+
+
+@dataclass
+class NetworkFacts:
+    """The facts step: each node's report, the interface torch will use on it and the
+    subnet that puts it in; `errors`: nodes that could not take part, and why."""
+
+    by_host: dict[str, dict[str, Any]] = field(default_factory=dict)
+    choices: dict[str, InterfaceChoice] = field(default_factory=dict)
+    subnets: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MeshResults:
+    """The rounds step: every connect tried, and what each node reported in each round."""
+
+    planned: set[Pair] | None  # the pairs tried; None: every pair (a full mesh)
+    reports: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # host -> per round
+    connects: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # pairs, nodes, go spread, seconds
+    retested: set[str] = field(default_factory=set)
+    unbound: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # could not bind
+    errors: dict[str, str] = field(default_factory=dict)
+
+
 def run_network_stage(
-    transports: dict[str, Transport],
-    inventory: Inventory,
-    facts_by_host: dict[str, dict],
-    deadline: Deadline,
-    *,
-    workers: int | None = None,
-    mesh: str | None = None,
-) -> tuple[list[Finding], dict]:
-    """Findings of stage "network" and the raw per-host data for the JSON report.
+    session: Session, deadline: Deadline, *, mesh: str | None = None
+) -> StageResult:
+    """Stage "network": its findings, the raw per-host data for the JSON report, and the
+    reachability matrix for the text report.
 
-    `facts_by_host` (the probe's facts) is accepted for the stage contract; this stage takes
-    its own facts in its first step, because they must come from the same moment and
-    environment as the mesh. Hosts of the inventory missing from `transports` are reported
-    by the connect stage and left out of the mesh. `workers`: nodes talked to at once (every
-    node, the default, for the barriers to hold on large clusters). `mesh`: full or auto
-    (--mesh), over the inventory's `clusterkit.network.mesh`."""
-    del facts_by_host
+    The stage takes its own facts in its first step, not the probe's: they must come from
+    the same moment and environment as the mesh. `session.workers`: nodes talked to at once
+    (every node, as the runner sets it for this stage, for the barriers to hold on large
+    clusters). `mesh`: full or auto (--mesh), over the inventory's `clusterkit.network.mesh`."""
     started = time.monotonic()
-    options = NetworkOptions.from_inventory(inventory, mesh)
-    hosts = [host.name for host in inventory.hosts]
-    interpreters = {host.name: host.python_interpreter or "python3" for host in inventory.hosts}
-    ssh_addresses = {host.name: host.address for host in inventory.hosts}
-    # Hosts never connected are the connect stage's errors (host.reachable), not this
-    # stage's: they are left out of the mesh and of its pair counts.
-    everyone, hosts = hosts, [host for host in hosts if host in transports]
-    errors: dict[str, str] = {}
-    live = list(hosts)
+    scope = NetworkScope.of(session, mesh)
+    sessions = NodeSessions(
+        session.transports, _bounded(deadline, scope.seconds), session.workers or len(scope.hosts)
+    )
+    try:
+        found = gather_facts(sessions, scope, deadline)
+        results = mesh_rounds(sessions, scope, found, deadline)
+    finally:
+        sessions.close()
+    errors = {**found.errors, **results.errors, **sessions.errors}
+    return network_report(scope, found, results, errors, started)
 
+
+def gather_facts(sessions: NodeSessions, scope: NetworkScope, deadline: Deadline) -> NetworkFacts:
+    """Step one: start the node script on every connected host; its first report is the
+    node's facts (names as it resolves them, interfaces, ifname variables, firewall)."""
+    started, options = time.monotonic(), scope.options
     reserved = [options.master_port, options.rdzv_port, *options.extra_ports]
-    facts_args = {
-        host: {"master": options.master_name, "reserved_ports": reserved} for host in live
+    args = {
+        host: {"master": options.master_name, "reserved_ports": reserved} for host in scope.hosts
     }
-    # A round's steps as each node sees them: bound, mesh, listeners.
-    round_seconds = options.mesh_seconds + 3 * TRANSPORT_MARGIN
-    whole = FACTS_SECONDS + TRANSPORT_MARGIN + MAX_ROUNDS * round_seconds
-    sessions = NodeSessions(transports, _bounded(deadline, whole), workers or len(hosts))
     # A node waits for each answer as long as the stage may last: after its mesh report its
     # listeners serve until the last node has reported, however late that node got "go".
     # A control side that went away closes the node's stdin, which ends it at once.
     wait = sessions.deadline.remaining()
-    mesh_reports: dict[str, list[dict[str, Any]]] = {}
-    connects: list[dict[str, Any]] = []
-    rounds: list[dict[str, Any]] = []  # per round: pairs, nodes, go spread, seconds
-    planned: set[Pair] | None = None
-    facts: dict[str, dict[str, Any]] = {}
-    choices: dict[str, InterfaceChoice] = {}
-    subnets: dict[str, str] = {}
-    findings: list[Finding] = []
-    facts_seconds = 0.0
-    retested: set[str] = set()
-    unbound: dict[str, list[dict[str, Any]]] = {}  # listeners a node could not bind
-    try:
-        facts = sessions.start(
-            live,
-            interpreters,
-            facts_args,
-            _bounded(deadline, FACTS_SECONDS + TRANSPORT_MARGIN),
-            wait=wait,
+    until = _bounded(deadline, FACTS_SECONDS + TRANSPORT_MARGIN)
+    by_host = sessions.start(scope.hosts, scope.interpreters, args, until, wait=wait)
+    choices = interface_choices(by_host, options)
+    found = NetworkFacts(by_host, choices, subnets_of(choices), time.monotonic() - started)
+    if options.master_host in sessions.transports and options.master_host not in by_host:
+        found.errors[options.master_host] = "no facts from the master"
+    return found
+
+
+def mesh_rounds(
+    sessions: NodeSessions, scope: NetworkScope, found: NetworkFacts, deadline: Deadline
+) -> MeshResults:
+    """Step two: the mesh in rounds. The first tries every pair, or a covering set on large
+    clusters (net/cover.py); each later round retests the nodes the last one found failing
+    against everyone, in the same node processes, as long as the deadline leaves a round."""
+    options = scope.options
+    live = [host for host in scope.hosts if host in found.by_host]
+    master = options.master_host if options.master_host in live else None
+    plan = MeshRounds(live, found.subnets, master, covering=options.covering(len(live)))
+    pairs = plan.first()
+    results = MeshResults(planned=None if pairs is None else set(pairs))
+    number = 1
+    while live and (pairs is None or pairs):
+        if not _time_for_round(scope, deadline, number, live, results):
+            break
+        live = _mesh_round(sessions, scope, found, live, pairs, number, results)
+        if pairs is None or number == MAX_ROUNDS:
+            break
+        pairs = plan.next(
+            pair_results(build_matrix(scope.hosts, results.connects, results.planned)), live
         )
-        live = [host for host in live if host in facts]
-        facts_seconds = time.monotonic() - started
+        results.rounds[-1]["retest_next"] = sorted(
+            plan.retested - results.retested, key=scope.hosts.index
+        )
+        results.retested = set(plan.retested)
+        results.planned = (results.planned or set()) | pairs
+        number += 1
+    return results
 
-        choices = interface_choices(facts, options)
-        subnets = subnets_of(choices)
-        findings += analysis.interface_findings(choices, facts)
-        findings += analysis.ifname_findings(facts, options)
-        findings += analysis.master_findings(facts, options)
 
-        if options.master_host in transports and options.master_host not in live:
-            errors.setdefault(options.master_host, "no facts from the master")
-        master = options.master_host if options.master_host in live else None
-        plan = MeshRounds(live, subnets, master, covering=options.covering(len(live)))
-        pairs = plan.first()
-        planned = None if pairs is None else set(pairs)
-        number = 1
-        while live and (pairs is None or pairs):
-            # A retest round needs its whole bound; the first runs on what is left.
-            needed = round_seconds if number > 1 else options.mesh_seconds
-            if deadline.remaining() <= needed:
-                if number == 1:
-                    for host in live:
-                        errors.setdefault(host, "the check deadline left no time for the mesh step")
-                else:
-                    rounds.append({"round": number, "skipped": "the check deadline left no time"})
-                break
-            round_started = time.monotonic()
-            plans = listen_plans(live, choices, options, round_number=number)
-            # Each step's bound counts from when each node was handed its message.
-            bound = sessions.step("bound", plans, TRANSPORT_MARGIN, sessions.deadline)
-            bound_listeners = {
-                host: bound[host].get("listeners") or [] for host in live if host in bound
-            }
-            _note_unbound(unbound, bound_listeners)
-            go = go_messages(bound_listeners, facts, choices, ssh_addresses, options, pairs)
-            reports = sessions.step(
-                "mesh", go, options.mesh_seconds + TRANSPORT_MARGIN, sessions.deadline
-            )
-            go_spread = sessions.spread()
-            # Every node has connected: only now may the listeners close.
-            close = {host: {"close": True} for host in reports}
-            closed = sessions.step("listeners", close, TRANSPORT_MARGIN, sessions.deadline)
-            for host, report in reports.items():
-                listened = closed.get(host) or {}
-                heard = listened.get("listeners") or _unheard(bound[host].get("listeners"))
-                mesh_reports.setdefault(host, []).append(dict(report, listeners=heard))
-            connects += _flatten_connects(reports, number)
-            rounds.append(
-                {
-                    "round": number,
-                    "pairs": len(live) * (len(live) - 1) if pairs is None else len(pairs),
-                    "nodes": len(bound),
-                    "go_spread": round(go_spread, 3),
-                    "seconds": round(time.monotonic() - round_started, 3),
-                }
-            )
-            live = [host for host in live if host in closed]
-            if pairs is None or number == MAX_ROUNDS:
-                break
-            results = pair_results(build_matrix(hosts, connects, planned))
-            pairs = plan.next(results, live)
-            rounds[-1]["retest_next"] = sorted(plan.retested - retested, key=hosts.index)
-            retested = set(plan.retested)
-            planned = (planned or set()) | pairs
-            number += 1
-    finally:
-        sessions.close()
-    errors.update(sessions.errors)
+def _time_for_round(
+    scope: NetworkScope, deadline: Deadline, number: int, live: list[str], results: MeshResults
+) -> bool:
+    """Whether round `number` fits the deadline; if not, why goes where the report says it.
+    A retest round needs its whole bound; the first runs on what is left."""
+    needed = scope.round_seconds if number > 1 else scope.options.mesh_seconds
+    if deadline.remaining() > needed:
+        return True
+    if number == 1:
+        for host in live:
+            results.errors.setdefault(host, "the check deadline left no time for the mesh step")
+    else:
+        results.rounds.append({"round": number, "skipped": "the check deadline left no time"})
+    return False
 
-    first_round = {host: reports[0] for host, reports in mesh_reports.items()}
-    listeners = {host: result.get("listeners") or [] for host, result in first_round.items()}
-    matrix = build_matrix(hosts, connects, planned)
-    cuts = subnet_cuts(pair_results(matrix), subnets)
-    findings += analysis.connect_findings(
-        hosts, connects, listeners, facts, choices, options, matrix=matrix, cuts=cuts
+
+def _mesh_round(
+    sessions: NodeSessions,
+    scope: NetworkScope,
+    found: NetworkFacts,
+    live: list[str],
+    pairs: set[Pair] | None,
+    number: int,
+    results: MeshResults,
+) -> list[str]:
+    """One round, three barriers: every node binds its listeners, connects to the ports its
+    targets bound ("go"), then reports who reached its listeners. Its reports go into
+    `results`; returns the nodes still live after it."""
+    started, options = time.monotonic(), scope.options
+    plans = listen_plans(live, found.choices, options, round_number=number)
+    # Each step's bound counts from when each node was handed its message.
+    bound = sessions.step("bound", plans, TRANSPORT_MARGIN, sessions.deadline)
+    listeners = {host: bound[host].get("listeners") or [] for host in live if host in bound}
+    _note_unbound(results.unbound, listeners)
+    go = go_messages(listeners, found.by_host, found.choices, scope.addresses, options, pairs)
+    reports = sessions.step("mesh", go, options.mesh_seconds + TRANSPORT_MARGIN, sessions.deadline)
+    go_spread = sessions.spread()
+    # Every node has connected: only now may the listeners close.
+    close = {host: {"close": True} for host in reports}
+    closed = sessions.step("listeners", close, TRANSPORT_MARGIN, sessions.deadline)
+    for host, report in reports.items():
+        listened = closed.get(host) or {}
+        heard = listened.get("listeners") or _unheard(bound[host].get("listeners"))
+        results.reports.setdefault(host, []).append(dict(report, listeners=heard))
+    results.connects += _flatten_connects(reports, number)
+    results.rounds.append(
+        {
+            "round": number,
+            "pairs": len(live) * (len(live) - 1) if pairs is None else len(pairs),
+            "nodes": len(bound),
+            "go_spread": round(go_spread, 3),
+            "seconds": round(time.monotonic() - started, 3),
+        }
     )
-    findings += analysis.port_findings(unbound)
-    findings = analysis.stage_errors(errors) + findings
+    return [host for host in live if host in closed]
 
-    raw = {
+
+def network_report(
+    scope: NetworkScope,
+    found: NetworkFacts,
+    results: MeshResults,
+    errors: dict[str, str],
+    started: float,
+) -> StageResult:
+    """Step three: the verdict, a pure function of the facts and every connect tried."""
+    hosts, options = scope.hosts, scope.options
+    first_round = {host: reports[0] for host, reports in results.reports.items()}
+    listeners = {host: result.get("listeners") or [] for host, result in first_round.items()}
+    matrix = build_matrix(hosts, results.connects, results.planned)
+    cuts = subnet_cuts(pair_results(matrix), found.subnets)
+    findings = analysis.stage_errors(errors)
+    findings += analysis.interface_findings(found.choices, found.by_host)
+    findings += analysis.ifname_findings(found.by_host, options)
+    findings += analysis.master_findings(found.by_host, options)
+    findings += analysis.connect_findings(
+        hosts,
+        results.connects,
+        listeners,
+        found.by_host,
+        found.choices,
+        options,
+        matrix=matrix,
+        cuts=cuts,
+    )
+    findings += analysis.port_findings(results.unbound)
+    lines = render_matrix(matrix, hosts, cuts=cuts, subnets=found.subnets)
+    details = {
         "master": {
             "host": options.master_host,
             "name": options.master_name,
             "master_port": options.master_port,
             "rdzv_port": options.rdzv_port,
         },
-        "nodes": {host: _node_record(host, facts, choices, mesh_reports) for host in everyone},
-        "mesh": {
-            "mode": options.mesh,
-            "covering": planned is not None,
-            "full_mesh_up_to": options.full_mesh_up_to,
-            "pairs_tested": tested_pairs(matrix),
-            "pairs_total": len(hosts) * (len(hosts) - 1),
-            "retested": sorted(retested, key=hosts.index),
-            "cuts": [
-                {"subnets": [cut.first, cut.second], "pairs": cut.pairs, "hosts": cut.hosts}
-                for cut in cuts
-            ],
-            "rounds": rounds,
+        "nodes": {
+            host: _node_record(host, found.by_host, found.choices, results.reports)
+            for host in scope.everyone
         },
+        "mesh": _mesh_record(scope, results, matrix, cuts),
         "matrix": matrix,
-        "matrix_lines": render_matrix(matrix, hosts, cuts=cuts, subnets=subnets),
-        "connects": connects,
+        "matrix_lines": lines,
+        "connects": results.connects,
         "errors": errors,
         "seconds": {
-            "facts": round(facts_seconds, 3) if facts else None,
+            "facts": round(found.seconds, 3) if found.by_host else None,
             "total": round(time.monotonic() - started, 3),
         },
     }
-    return findings, raw
+    return StageResult(findings, details, list(lines))
+
+
+def _mesh_record(
+    scope: NetworkScope, results: MeshResults, matrix: dict[str, dict[str, str]], cuts: list[Cut]
+) -> dict[str, Any]:
+    """How the mesh was tried: the mode, the pairs, the retests and rounds, the cuts."""
+    hosts, options = scope.hosts, scope.options
+    return {
+        "mode": options.mesh,
+        "covering": results.planned is not None,
+        "full_mesh_up_to": options.full_mesh_up_to,
+        "pairs_tested": tested_pairs(matrix),
+        "pairs_total": len(hosts) * (len(hosts) - 1),
+        "retested": sorted(results.retested, key=hosts.index),
+        "cuts": [
+            {"subnets": [cut.first, cut.second], "pairs": cut.pairs, "hosts": cut.hosts}
+            for cut in cuts
+        ],
+        "rounds": results.rounds,
+    }
 
 
 def _flatten_connects(mesh: dict[str, dict[str, Any]], number: int) -> list[dict[str, Any]]:
@@ -361,7 +461,12 @@ def _unheard(listeners: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return [dict(item, seen=None) for item in listeners or []]
 
 
-def _node_record(host, facts, choices, mesh_reports) -> dict[str, Any]:
+def _node_record(
+    host: str,
+    facts: dict[str, dict[str, Any]],
+    choices: dict[str, InterfaceChoice],
+    mesh_reports: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
     node = facts.get(host)
     if node is None:
         return {"ran": False}

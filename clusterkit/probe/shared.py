@@ -12,15 +12,19 @@ import contextlib
 import json
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
 from clusterkit.nodescript.compose import compose
 from clusterkit.nodescript.run import run_node_script
+from clusterkit.stages.base import StageResult
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.pool import parallel
+
+if TYPE_CHECKING:
+    from clusterkit.stages.session import Session
 
 STAGE = "probe"
 LOW_FREE_BYTES = 10 * 1024**3  # a checkpoint of a large model needs far more than this
@@ -75,39 +79,37 @@ def _run(
     )
 
 
-def check_shared_paths(
-    transports: Mapping[str, Transport],
-    inventory: Inventory,
-    deadline: Deadline,
-    *,
-    workers: int = 64,
-) -> tuple[list[Finding], dict[str, Any]]:
-    """Write on the master, read everywhere, clean up; findings and the raw answers."""
+def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
+    """Stage "storage": write on the master, read everywhere, clean up; findings and the raw
+    answers."""
+    inventory, transports = session.inventory, session.transports
     paths = list(inventory.settings.shared_paths)
     if not paths:
-        return [], {}
+        return StageResult()
     master = _master(inventory)
     if master not in transports:
         why = f"not checked: the master {master} could not be reached"
-        return [Finding("storage.shared", Status.SKIP, why, stage=STAGE)], {}
+        return StageResult([Finding("storage.shared", Status.SKIP, why, stage=STAGE)])
     token = secrets.token_hex(12)
-
-    def interpreter(name: str) -> str:
-        return inventory.host(name).python_interpreter or "python3"
 
     def on(name: str, action: str) -> dict[str, Any]:
         args = {"action": action, "paths": paths, "token": token}
-        return _run(transports[name], interpreter(name), args, deadline)
+        interpreter = inventory.host(name).python_interpreter or "python3"
+        return _run(transports[name], interpreter, args, deadline)
 
     try:
         written = on(master, "write")
     except TransportError as error:
         failure = f"{master}: could not write the token: {error.detail}"
-        return [Finding("storage.shared", Status.ERROR, failure, [master], stage=STAGE)], {}
+        return StageResult(
+            [Finding("storage.shared", Status.ERROR, failure, [master], stage=STAGE)]
+        )
     names = list(transports)
     reads: dict[str, Any] = {}
     try:
-        for name, outcome in zip(names, parallel(lambda n: on(n, "read"), names, workers=workers)):
+        for name, outcome in zip(
+            names, parallel(lambda n: on(n, "read"), names, workers=session.workers)
+        ):
             reads[name] = (
                 {"error": outcome.detail if isinstance(outcome, TransportError) else str(outcome)}
                 if isinstance(outcome, BaseException)
@@ -118,7 +120,7 @@ def check_shared_paths(
         with contextlib.suppress(TransportError):
             on(master, "remove")
     details = {"master": master, "token": token, "written": written, "reads": reads}
-    return shared_findings(paths, master, token, written, reads), details
+    return StageResult(shared_findings(paths, master, token, written, reads), details)
 
 
 def _master(inventory: Inventory) -> str:
@@ -140,39 +142,8 @@ def shared_findings(
     space per node and path."""
     not_written = {p: e.get("error", "?") for p, e in written.items() if not e.get("written")}
     if not_written:
-        message = f"{master} could not write in " + "; ".join(
-            f"{path} ({why})" for path, why in not_written.items()
-        )
-        return [
-            Finding(
-                "storage.shared",
-                Status.FAIL,
-                message,
-                hosts=[master],
-                found=not_written,
-                remedy="create the folders and make them writable by the job's user on the "
-                "master (they must be the same shared filesystem on every node)",
-                stage=STAGE,
-            )
-        ]
-    unshared: dict[str, str] = {}
-    low: dict[str, str] = {}
-    failed: dict[str, str] = {}
-    for host, answer in reads.items():
-        if "error" in answer:  # the read itself failed (paths are absolute: no clash)
-            failed[host] = str(answer["error"])
-            continue
-        missing = []
-        for path in paths:
-            entry = answer.get(path) or {}
-            if entry.get("token") != token:
-                missing.append(f"{path} ({entry.get('error') or 'another file'})")
-            free = entry.get("free_bytes")
-            total = entry.get("total_bytes") or 0
-            if free is not None and (free < LOW_FREE_BYTES or (total and free < total * 0.05)):
-                low[host] = f"{path}: {free / 1024**3:.1f} GiB free"
-        if missing:
-            unshared[host] = "token not found in " + ", ".join(missing)
+        return [_not_written(master, not_written)]
+    unshared, low, failed = _read_problems(paths, token, reads)
     findings = [
         over_hosts(
             "storage.shared",
@@ -198,3 +169,46 @@ def shared_findings(
     for finding in findings:
         finding.stage = STAGE
     return findings
+
+
+def _not_written(master: str, not_written: dict[str, Any]) -> Finding:
+    """storage.shared: the token could not even be written on the master."""
+    message = f"{master} could not write in " + "; ".join(
+        f"{path} ({why})" for path, why in not_written.items()
+    )
+    return Finding(
+        "storage.shared",
+        Status.FAIL,
+        message,
+        hosts=[master],
+        found=not_written,
+        remedy="create the folders and make them writable by the job's user on the "
+        "master (they must be the same shared filesystem on every node)",
+        stage=STAGE,
+    )
+
+
+def _read_problems(
+    paths: list[str], token: str, reads: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Per node: the paths where it did not read the token, a path low on space, a read that
+    failed outright."""
+    unshared: dict[str, str] = {}
+    low: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for host, answer in reads.items():
+        if "error" in answer:  # the read itself failed (paths are absolute: no clash)
+            failed[host] = str(answer["error"])
+            continue
+        missing = []
+        for path in paths:
+            entry = answer.get(path) or {}
+            if entry.get("token") != token:
+                missing.append(f"{path} ({entry.get('error') or 'another file'})")
+            free = entry.get("free_bytes")
+            total = entry.get("total_bytes") or 0
+            if free is not None and (free < LOW_FREE_BYTES or (total and free < total * 0.05)):
+                low[host] = f"{path}: {free / 1024**3:.1f} GiB free"
+        if missing:
+            unshared[host] = "token not found in " + ", ".join(missing)
+    return unshared, low, failed

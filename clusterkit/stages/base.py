@@ -25,6 +25,12 @@ class StageResult:
 class Stage(ABC):
     """A step of a command over the session's hosts.
 
+    The class says when and how the stage runs (name, gating, concurrency, bound); `run`
+    hands the session and the stage's bound to one entry point of the package that does the
+    work, `run_<name>_stage(session, deadline, ...) -> StageResult` (net/stage.py,
+    image/stage.py, probe/shared.py, bench/stage.py), or does the work itself where it is a
+    few lines over shared parts (connect, probe, static, dcgm, launch).
+
     The runner (not the stage) records the outcome: it stamps `name` onto every finding,
     records a skipped stage with its reason, and sets `session.workers`: every host at once
     when `together` (the nodes must all act at the same moment: a barrier, a collective),

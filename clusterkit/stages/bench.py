@@ -1,19 +1,18 @@
 """Stage `bench`: real collectives (all_reduce and the others asked for) under torchrun on
-every node at once (bench/launcher.py); then each node alone (--per-node) and groups of
-nodes in rounds (--find-slow)."""
+every node at once; then each node alone (--per-node) and groups of nodes in rounds
+(--find-slow): bench/stage.py. Here: when the stage may start."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.stages.base import Stage, StageResult, no_hosts_reason
 from clusterkit.stages.session import Session
 
-if TYPE_CHECKING:  # the launcher is imported only when a bench runs
-    from clusterkit.bench.launcher import BenchOptions, BenchOutcome
+if TYPE_CHECKING:  # the bench modules are imported only when a bench runs
+    from clusterkit.bench.options import BenchOptions
 
 
 class BenchStage(Stage):
@@ -44,46 +43,12 @@ class BenchStage(Stage):
         return [Finding("bench.busbw", Status.SKIP, f"bench not run: {reason}")]
 
     def run(self, session: Session) -> StageResult:
-        from clusterkit.bench.findslow import find_slow_nodes, global_deadline, not_run
-        from clusterkit.bench.launcher import launch_bench
-        from clusterkit.bench.pernode import per_node_bench
+        from clusterkit.bench.stage import run_bench_stage
 
         if session.failures:
             return not_run_after_probe(list(session.failures))
-
         options = self.options(session)
-        deadline = session.bounded(self.seconds)
-        outcome = launch_bench(
-            session.transports, session.inventory, options, global_deadline(deadline, options)
-        )
-        if outcome.interrupted:
-            raise KeyboardInterrupt
-        findings = list(outcome.findings)
-        details = {**bench_details(outcome), "table": outcome.table}
-        text = outcome.table.rstrip().splitlines() if outcome.table else []
-        if options.per_node:
-            # Each node alone (names a bad one also when the global run failed); at most
-            # half of what is left when find-slow follows.
-            alone = global_deadline(deadline, replace(options, per_node=False))
-            nodes = per_node_bench(session.transports, session.inventory, options, alone)
-            if nodes.interrupted:
-                raise KeyboardInterrupt
-            findings += nodes.findings
-            details["per_node"] = nodes.details
-            text += nodes.text
-        if options.find_slow:
-            # The global all-reduce gates; the groups say which node, also when it failed.
-            slow = (
-                find_slow_nodes(session.transports, session.inventory, options, deadline)
-                if outcome.nodes
-                else not_run("the global all-reduce did not start")
-            )
-            if slow.interrupted:
-                raise KeyboardInterrupt
-            findings += slow.findings
-            details["find_slow"] = slow.details
-            text += slow.text
-        return StageResult(findings, details, text, ran=bool(outcome.nodes))
+        return run_bench_stage(session, session.bounded(self.seconds), options)
 
 
 def not_run_after_probe(hosts: list[str]) -> StageResult:
@@ -122,25 +87,3 @@ def bench_blocker(session: Session) -> str | None:
     ):
         return "a single host without GPUs: nothing to measure"
     return None
-
-
-def bench_details(outcome: BenchOutcome) -> dict[str, Any]:
-    """The bench section of the JSON report: the result, and what each node printed."""
-    return {
-        "run_id": outcome.run_id,
-        "seconds": round(outcome.duration, 3),
-        "result": outcome.result,
-        "nodes": [
-            {
-                "host": node.host,
-                "node_rank": node.node_rank,
-                "exit_code": node.result.exit_code if node.result else None,
-                "timed_out": bool(node.result and node.result.timed_out),
-                "killed_by_clusterkit": node.killed,
-                "transport_error": node.error.detail if node.error else None,
-                "stdout_tail": node.stdout[-4000:],
-                "stderr_tail": node.stderr[-8000:],
-            }
-            for node in outcome.nodes
-        ],
-    }

@@ -22,15 +22,6 @@ class ImageStage(Stage):
         return why
 
     def run(self, session: Session) -> StageResult:
-        from clusterkit.image.checks import rdma_findings
         from clusterkit.image.stage import run_image_stage
 
-        drivers = {host: (f.get("gpus") or {}).get("driver") for host, f in session.facts.items()}
-        findings, details = run_image_stage(
-            session.transports,
-            session.inventory,
-            session.bounded(self.seconds),
-            driver_by_host=drivers,
-            workers=session.workers,
-        )
-        return StageResult(findings + rdma_findings(details, session.facts), details)
+        return run_image_stage(session, session.bounded(self.seconds))

@@ -24,12 +24,4 @@ class NetworkStage(Stage):
     def run(self, session: Session) -> StageResult:
         from clusterkit.net.stage import run_network_stage
 
-        findings, details = run_network_stage(
-            session.transports,
-            session.inventory,
-            session.facts,
-            session.bounded(self.seconds),
-            workers=session.workers,
-            mesh=self.mesh,
-        )
-        return StageResult(findings, details, list(details.get("matrix_lines") or []))
+        return run_network_stage(session, session.bounded(self.seconds), mesh=self.mesh)

@@ -22,12 +22,6 @@ class StorageStage(Stage):
         return why
 
     def run(self, session: Session) -> StageResult:
-        from clusterkit.probe.shared import check_shared_paths
+        from clusterkit.probe.shared import run_storage_stage
 
-        findings, details = check_shared_paths(
-            session.transports,
-            session.inventory,
-            session.bounded(self.seconds),
-            workers=session.workers,
-        )
-        return StageResult(findings, details or None)
+        return run_storage_stage(session, session.bounded(self.seconds))

@@ -20,6 +20,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.framing import FrameError, decode
 from clusterkit.inventory.loader import load_inventory
 from clusterkit.net.stage import run_network_stage
+from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
@@ -70,9 +71,9 @@ class Run:
         assert not connections.failures
         transports = {host: self._wrap(t, other) for host, t in connections.transports.items()}
         try:
-            findings, self.raw = run_network_stage(
-                transports, self.inventory, {}, Deadline.after(120)
-            )
+            session = Session(self.inventory, transports=transports)
+            result = run_network_stage(session, Deadline.after(120))
+            findings, self.raw = result.findings, result.details
         finally:
             connections.close()
             with self.changed:

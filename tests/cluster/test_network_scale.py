@@ -17,6 +17,7 @@ import pytest
 from clusterkit.checks.model import Finding, Status
 from clusterkit.inventory.loader import load_inventory
 from clusterkit.net.stage import run_network_stage
+from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
@@ -52,9 +53,9 @@ def run_stage(cluster: NetCluster, tmp_path: Path) -> tuple[dict[str, Finding], 
     connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null", forks=NODES))
     assert not connections.failures
     try:
-        findings, raw = run_network_stage(
-            connections.transports, inventory, {}, Deadline.after(120), mesh="auto"
-        )
+        session = Session(inventory, transports=connections.transports, workers=NODES)
+        result = run_network_stage(session, Deadline.after(120), mesh="auto")
+        findings, raw = result.findings, result.details
     finally:
         connections.close()
     by_id = {item.id: item for item in findings}

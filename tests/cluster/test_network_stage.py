@@ -20,6 +20,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.framing import FrameError, decode
 from clusterkit.inventory.loader import load_inventory
 from clusterkit.net.stage import run_network_stage
+from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
@@ -62,7 +63,9 @@ def run_stage(
     connections = connect_all(inventory, ConnectOptions(ssh_config="/dev/null"))
     assert not connections.failures
     try:
-        findings, raw = run_network_stage(connections.transports, inventory, {}, Deadline.after(90))
+        session = Session(inventory, transports=connections.transports)
+        result = run_network_stage(session, Deadline.after(90))
+        findings, raw = result.findings, result.details
     finally:
         connections.close()
     by_id: dict[str, list[Finding]] = {}
@@ -168,9 +171,9 @@ def run_late_go(
     assert not connections.failures
     held = LateGo(connections.transports, **late_go)
     try:
-        findings, raw = run_network_stage(
-            held.transports, inventory, {}, Deadline.after(120), mesh=mesh
-        )
+        session = Session(inventory, transports=held.transports)
+        result = run_network_stage(session, Deadline.after(120), mesh=mesh)
+        findings, raw = result.findings, result.details
     finally:
         connections.close()
     by_id: dict[str, list[Finding]] = {}
@@ -207,11 +210,19 @@ def listeners(node: Node) -> set[int]:
 
 def assert_nothing_left(cluster: NetCluster, keep: set[int] = frozenset(), ports=()) -> None:
     """No stage process and no listener but sshd's (and the test's own, when named)."""
-    time.sleep(0.2)  # sshd reaps its session children asynchronously
+
+    def left(node: Node) -> tuple[list[str], set[int]]:
+        """The node's processes and listening ports that should be gone."""
+        commands = [p.command for p in node.processes() if p.pid not in keep]
+        return commands, listeners(node) - {22, *ports}
+
+    give_up = time.monotonic() + 10  # sshd reaps its session children asynchronously
+    while any(any(left(node)) for node in cluster) and time.monotonic() < give_up:
+        time.sleep(0.1)
     for node in cluster:
-        leftovers = [p.command for p in node.processes() if p.pid not in keep]
+        leftovers, open_ports = left(node)
         assert leftovers == [], (node.name, leftovers)
-        assert listeners(node) - {22, *ports} == set(), node.name
+        assert open_ports == set(), node.name
 
 
 def test_healthy_cluster_passes(cluster: NetCluster, tmp_path: Path) -> None:
@@ -395,7 +406,8 @@ def test_unreachable_node_is_left_to_the_connect_stage(cluster: NetCluster, tmp_
     transports = dict(connections.transports)
     transports.pop("node4")
     try:
-        findings, raw = run_network_stage(transports, inventory, {}, Deadline.after(60))
+        result = run_network_stage(Session(inventory, transports=transports), Deadline.after(60))
+        findings, raw = result.findings, result.details
     finally:
         connections.close()
     assert not [f for f in findings if f.id == "net.stage"]

@@ -16,6 +16,7 @@ import pytest
 from clusterkit.checks.model import Status
 from clusterkit.image.stage import run_image_stage
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
+from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.local import LocalTransport
 from tests.docker.conftest import BuiltImage
@@ -62,10 +63,11 @@ def _stage(image: str, hosts: dict[str, str], drivers=None, run_args=None):
             image=image, image_run_args=None if run_args is None else tuple(run_args)
         ),
     )
-    findings, facts = run_image_stage(
-        transports, inventory, Deadline.after(120), driver_by_host=drivers
+    probe_facts = {host: {"gpus": {"driver": driver}} for host, driver in (drivers or {}).items()}
+    result = run_image_stage(
+        Session(inventory, transports=transports, facts=probe_facts), Deadline.after(120)
     )
-    return {f.id: f for f in findings}, facts
+    return {f.id: f for f in result.findings}, result.details
 
 
 def test_same_image_on_both_engines_passes(
@@ -143,10 +145,9 @@ def test_driver_below_the_floor_and_runtime_flags_that_break_nccl(
             image_run_args=("--shm-size", "64m", "--network", "none"),
         ),
     )
-    findings, facts = run_image_stage(
-        transports, inventory, Deadline.after(120), driver_by_host={"node-a": None}
-    )
-    by_id = {f.id: f for f in findings}
+    session = Session(inventory, transports=transports, facts={"node-a": {"gpus": {}}})
+    result = run_image_stage(session, Deadline.after(120))
+    by_id, facts = {f.id: f for f in result.findings}, result.details
     assert by_id["image.shm"].status is Status.FAIL
     assert by_id["image.memlock"].status is Status.WARN
     assert "image.driver" not in by_id
