@@ -54,6 +54,7 @@ def test_a_crashed_node_is_left_out_of_the_next_steps_and_the_spare_finishes(
         slurm.restart_slurmd(node2)
         restarted = True
         slurm.wait_job(int(job), timeout=300)
+        assert not [step for step in slurm.steps() if "clusterkit" in step]
         text = log.read_text()
         assert _exit_code(slurm, int(job)) == "0", text[-4000:]
         assert re.search(r"node fault on node2: node2 was lost", text), text[-3000:]
