@@ -1,4 +1,5 @@
-"""Facts from the nodes: the collector (runs there) and the runner (starts it over a transport).
+"""Facts from the nodes: the runner starts the collector (clusterkit/node/collector.py) on
+each over its transport.
 
 PROBE_SECONDS bounds one host's probe for every command that probes a cluster (`check`,
 `launch`, `bench`); `node-check` keeps its own, shorter bound (Slurm kills a health check at

@@ -10,13 +10,17 @@ from typing import Any
 
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
-from clusterkit.nodescript.compose import node_script
-from clusterkit.nodescript.run import NodeScriptError, ScriptFailure, run_node_script
 from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.nodescript import (
+    NodeScriptError,
+    ScriptFailure,
+    node_script,
+    run_node_script,
+)
 from clusterkit.transport.pool import parallel
 
 DEFAULT_INTERPRETER = "python3"
-COLLECTOR = "clusterkit.probe.collector"
+COLLECTOR = "collector"  # clusterkit/node/collector.py
 
 
 @dataclass

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusterkit.nodescript.compose import node_script
+from clusterkit.transport.nodescript import node_script
 
 
-def write_composed(module: str, folder: Path) -> Path:
-    """The composed text of `module` (e.g. "clusterkit.probe.collector") written as
-    FOLDER/NAME.py: importable under `python -S` with PYTHONPATH=FOLDER, or run as a file,
-    with no clusterkit on the path, as on a node."""
+def write_composed(program: str, folder: Path) -> Path:
+    """The composed text of the node program `program` (clusterkit/node/PROGRAM.py, e.g.
+    "collector") written as FOLDER/PROGRAM.py: importable under `python -S` with
+    PYTHONPATH=FOLDER, or run as a file, with no clusterkit on the path, as on a node."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (module.rpartition(".")[2] + ".py")
-    path.write_text(node_script(module))
+    path = folder / f"{program}.py"
+    path.write_text(node_script(program))
     return path

@@ -20,28 +20,25 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # ("clusterkit.checks.*"); the most specific entry that matches gives a module its layer.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shipped to nodes that may lack clusterkit: the standard library only, and the version.
-    ("node", (
-        "clusterkit", "clusterkit.nodescript.prelude", "clusterkit.probe.collector",
-        "clusterkit.net.node", "clusterkit.image.node", "clusterkit.launch.node",
-        "clusterkit.slurm.relay", "clusterkit.bench.worker",
-    )),
+    ("node", ("clusterkit", "clusterkit.node.*")),
     # Shared and pure: errors, exit statuses, words, escaping, versions, private run folders.
     ("base", (
         "clusterkit.errors", "clusterkit.status", "clusterkit.words", "clusterkit.redact",
         "clusterkit.framing", "clusterkit.keyfiles", "clusterkit.versions", "clusterkit.rundir",
         "clusterkit.safefiles", "clusterkit.logs", "clusterkit.data.*",
+        "clusterkit.environment",  # the run's streams, variables and folder, handed down by main
         "clusterkit.report.escape",  # every layer prints node text safely
         "clusterkit.slurm.hostlist",  # Slurm's node-name grammar, which the srun transport needs
     )),
-    # The Inventory model and its readers, the transports, and how scripts reach a node.
-    ("wire", ("clusterkit.inventory.*", "clusterkit.transport.*", "clusterkit.nodescript.*")),
+    # The Inventory model and its readers, the transports, and how node programs travel.
+    ("wire", ("clusterkit.inventory.*", "clusterkit.transport.*")),
     # Pure functions over facts, and the Finding (with its Fix) that everything speaks.
     ("checks", ("clusterkit.checks.*",)),
     # What a stage is and what the stages of one command share.
     ("stage contract", ("clusterkit.stages.base", "clusterkit.stages.session")),
     ("features", (
-        "clusterkit.probe.*", "clusterkit.net.*", "clusterkit.bench.*", "clusterkit.image.*",
-        "clusterkit.cost.*", "clusterkit.provision.*", "clusterkit.launch.*",
+        "clusterkit.probe.*", "clusterkit.storage.*", "clusterkit.net.*", "clusterkit.bench.*",
+        "clusterkit.image.*", "clusterkit.cost.*", "clusterkit.provision.*", "clusterkit.launch.*",
     )),
     # The `clusterkit` variable's schema checks values with the features' own parsers; the
     # loader types it while reading the inventory (the package re-exports load_inventory).

@@ -1,6 +1,7 @@
-"""The scripts clusterkit ships to nodes: valid for the oldest Python the nodes are promised
-(3.8, see the ruff per-file ignores), sharing one runtime (nodescript/prelude.py) whose
-markers are framing.py's, and composed into one stdlib-only text each."""
+"""The programs clusterkit ships to nodes, all in clusterkit/node/: valid for the oldest
+Python the nodes are promised (3.8, see the ruff per-file ignores), sharing one runtime
+(node/prelude.py) whose markers are framing.py's, and composed into one stdlib-only text
+each."""
 
 from __future__ import annotations
 
@@ -11,24 +12,24 @@ from pathlib import Path
 import pytest
 
 from clusterkit import framing
-from clusterkit.nodescript.compose import compose, node_script
+from clusterkit.transport.nodescript import compose, node_script
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
+NODE = PACKAGE / "node"
 NODE_PYTHON = (3, 8)
-PRELUDE = "nodescript/prelude.py"
-# Scripts that run on nodes with the prelude in place of their import of it.
+PRELUDE = "prelude.py"
+# Programs that run on nodes with the prelude in place of their import of it.
 COMPOSED = (
-    "probe/collector.py",
-    "net/node.py",
-    "image/node.py",
-    "launch/node.py",
-    "slurm/relay.py",
+    "collector.py",
+    "storage.py",
+    "net.py",
+    "image.py",
+    "launch.py",
+    "srun_relay.py",
 )
-# Node scripts kept as a string constant inside a control-side module: (file, name).
-NODE_STRINGS = (("probe/shared.py", "NODE_SCRIPT"),)
-# Scripts that frame a result with markers of their own, and the names those go by: the
-# bench worker, which also runs alone under a user's own torchrun.
-OWN_MARKERS = {"bench/worker.py": ("FRAME_BEGIN", "FRAME_END")}
+# Programs that frame a result with markers of their own, and the names those go by: the
+# bench worker, which torchrun starts (torch, not composed with the prelude).
+OWN_MARKERS = {"bench_worker.py": ("FRAME_BEGIN", "FRAME_END")}
 NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS)
 
 
@@ -70,7 +71,7 @@ def prelude_imports(tree: ast.Module) -> list[str]:
     return [
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.nodescript.prelude"
+        if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.node.prelude"
         for alias in node.names
     ]
 
@@ -80,28 +81,30 @@ def as_bytes(value: str | bytes) -> bytes:
 
 
 def source(name: str) -> str:
-    return (PACKAGE / name).read_text()
-
-
-def own_source(name: str) -> str:
-    """A node script's own text (a file, or file:CONSTANT)."""
-    file, _, constant = name.partition(":")
-    if not constant:
-        return source(file)
-    text = constants(ast.parse(source(file)))[constant]
-    assert isinstance(text, str)
-    return text
+    return (NODE / name).read_text()
 
 
 def shipped(name: str) -> str:
-    """What a node is sent for the script."""
-    if ":" in name:
-        return compose(own_source(name))
-    return node_script("clusterkit." + name.removesuffix(".py").replace("/", "."))
+    """What a node is sent for the program."""
+    return node_script(name.removesuffix(".py"))
 
 
-SCRIPTS = (*COMPOSED, *(f"{file}:{constant}" for file, constant in NODE_STRINGS))
+SCRIPTS = COMPOSED
 PRELUDE_TREE = ast.parse(source(PRELUDE))
+
+
+def test_every_node_program_is_named_here() -> None:
+    """A new file in clusterkit/node/ is held to these tests, composed or with its own
+    markers; nothing else there but the package's docstring."""
+    files = {path.name for path in NODE.glob("*.py")} - {"__init__.py"}
+    assert files == set(NODE_FILES)
+    assert not [n for n in ast.parse(source("__init__.py")).body[1:]], "code in node/__init__"
+
+
+def test_node_script_names_only_a_node_program() -> None:
+    for name in ("prelude", "../probe/runner", "Collector", "collector.py", ""):
+        with pytest.raises(ValueError, match="not a node program"):
+            node_script(name)
 
 
 @pytest.mark.parametrize("name", NODE_FILES)
@@ -123,13 +126,13 @@ def test_shipped_script_is_one_stdlib_file_for_python_3_8(name: str) -> None:
 def test_node_script_uses_the_prelude_and_keeps_no_copy_of_it(name: str) -> None:
     """It imports from the prelude only what exists there, defines none of the prelude's
     names (they share one namespace once composed) and carries no markers of its own."""
-    tree = ast.parse(own_source(name))
+    tree = ast.parse(source(name))
     runtime = defined(PRELUDE_TREE)
     wanted = prelude_imports(tree)
     assert wanted and set(wanted) <= runtime
     assert not defined(tree) & runtime, defined(tree) & runtime
     assert not {"which", "read", "kill", "parent_of", "interfaces"} & defined(tree)
-    assert framing.BEGIN.strip().decode() not in own_source(name)
+    assert framing.BEGIN.strip().decode() not in source(name)
 
 
 def test_prelude_markers_match_framing() -> None:
@@ -152,7 +155,7 @@ def test_own_markers_match_framing(name: str, markers: tuple[str, str]) -> None:
 
 
 def test_compose_wants_exactly_one_top_level_import() -> None:
-    line = "from clusterkit.nodescript.prelude import emit\n"
+    line = "from clusterkit.node.prelude import emit\n"
     with pytest.raises(ValueError, match="not 0"):
         compose("import os\n")
     with pytest.raises(ValueError, match="not 2"):

@@ -1,9 +1,16 @@
-"""storage.shared / storage.free from what the nodes answered (pure part of the check)."""
+"""storage.shared / storage.free from what the nodes answered (pure part of the check), and
+the node program that answers, run here as a node runs it."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from clusterkit.checks.model import Status
-from clusterkit.probe.shared import shared_findings
+from clusterkit.storage.checks import shared_findings
+from clusterkit.transport.base import Deadline
+from clusterkit.transport.local import LocalTransport
+from clusterkit.transport.nodescript import node_script, run_node_script
 
 GIB = 1024**3
 TOKEN = "5f0c2a"
@@ -52,3 +59,33 @@ def test_master_cannot_write_fails_naming_it() -> None:
 def test_a_node_whose_read_failed_fails() -> None:
     found = by_id({"n1": {"/ckpt": entry()}, "n2": {"error": "timeout: no answer"}})
     assert found["storage.shared"].found == {"n2": "timeout: no answer"}
+
+
+def test_the_node_program_writes_reads_and_removes_the_token(tmp_path: Path) -> None:
+    """clusterkit/node/storage.py behind the bootstrap: the write is exclusive, the read
+    finds the token, the removal leaves nothing; a missing folder is an error entry."""
+    shared, missing = tmp_path / "ckpt", tmp_path / "absent"
+    shared.mkdir()
+
+    def on(action: str) -> dict:
+        args = {"action": action, "paths": [str(shared), str(missing)], "token": TOKEN}
+        return run_node_script(
+            LocalTransport(),
+            node_script("storage"),
+            [json.dumps(args)],
+            interpreter="python3",
+            deadline=Deadline.after(30),
+            what="the shared-paths script",
+        )
+
+    written = on("write")
+    assert written[str(shared)]["written"] is True and written[str(shared)]["free_bytes"] > 0
+    assert written[str(missing)]["error"].startswith("FileNotFoundError")
+    assert on("write")[str(shared)]["error"].startswith("FileExistsError")
+    read = on("read")
+    assert read[str(shared)]["token"] == TOKEN
+    reads = {"n1": {str(shared): read[str(shared)]}}
+    found = shared_findings([str(shared)], "n1", TOKEN, {str(shared): written[str(shared)]}, reads)
+    assert [f.status for f in found if f.id == "storage.shared"] == [Status.OK]
+    on("remove")
+    assert not list(shared.iterdir())

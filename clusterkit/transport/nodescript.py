@@ -1,8 +1,20 @@
-"""Run a node script and turn what came back into its result, or the one reason there is none.
+"""How a node program travels, the one way every program in clusterkit/node/ goes: its text
+composed with the prelude, started behind one bootstrap, and its result read back (or the one
+reason there is none).
 
-The one place that knows how a node script fails: killed at its deadline, exited without a
-result (its interpreter missing, a crash), a frame cut short or not a JSON object, or the
-script's own error report (`{"error": ...}`). Stages word their findings from the message.
+A node program imports its runtime like any module (`from clusterkit.node.prelude import
+emit, run_tool`), so it is importable and tested where clusterkit is installed. Nodes may lack
+clusterkit, so the text they are sent has that line replaced by the prelude itself: one
+stdlib-only file with the same helpers as every other node program (`node_script`). That text
+goes over stdin behind BOOTSTRAP (`shipment`, `run_node_script`), or as `-c` for the srun
+relay, whose stdin is the step's conversation. Composed once per process; a regex, not
+`ast`, keeps it cheap.
+
+Running it, this is the one place that knows how a node program fails: killed at its
+deadline, exited without a result (its interpreter missing, a crash), a frame cut short or
+not a JSON object, or the program's own error report (`{"error": ...}`). Stages word their
+findings from the message. Part of the transport layer, as what travels: the srun transport
+ships its relay composed here.
 """
 
 from __future__ import annotations
@@ -10,12 +22,47 @@ from __future__ import annotations
 import functools
 import importlib.util
 import marshal
+import re
 from collections.abc import Sequence
+from importlib import resources
 from typing import Any
 
 from clusterkit import framing
 from clusterkit.errors import TransportError
 from clusterkit.transport.base import CommandResult, Deadline, Transport
+
+NODE_PACKAGE = "clusterkit.node"
+PRELUDE = f"{NODE_PACKAGE}.prelude"
+# The import at the top level of a program (column 0), on one line or parenthesised.
+_IMPORT = re.compile(r"^from clusterkit\.node\.prelude import (?:\([^)]*\)|[^\n(]*)\n", re.M)
+_DOCSTRING = re.compile(r'\A"""(?:.|\n)*?"""\n')
+_PROGRAM = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@functools.cache
+def prelude_source() -> str:
+    """The prelude as it is inserted: its module docstring dropped, its ends marked."""
+    text = resources.files(NODE_PACKAGE).joinpath("prelude.py").read_text()
+    body = _DOCSTRING.sub("", text, count=1).strip()
+    return f"# --- {PRELUDE} (inserted for the node) ---\n{body}\n# --- end of {PRELUDE} ---\n"
+
+
+@functools.cache
+def compose(source: str) -> str:
+    """`source` with its one top-level prelude import replaced by the prelude."""
+    found = list(_IMPORT.finditer(source))
+    if len(found) != 1:
+        raise ValueError(f"a node script imports {PRELUDE} once at its top level, not {len(found)}")
+    return source[: found[0].start()] + prelude_source() + source[found[0].end() :]
+
+
+@functools.cache
+def node_script(program: str) -> str:
+    """The composed text of the node program clusterkit/node/PROGRAM.py, e.g. "collector"."""
+    if not _PROGRAM.fullmatch(program) or program == "prelude":
+        raise ValueError(f"not a node program: {program!r}")
+    return compose(resources.files(NODE_PACKAGE).joinpath(f"{program}.py").read_text())
+
 
 # How every node script starts: `python -S -c BOOTSTRAP LENGTH CODE_LENGTH ARGS_LENGTH MAGIC`,
 # on stdin the script's text, then CODE_LENGTH bytes of the same script compiled here and
@@ -159,8 +206,8 @@ def run_node_script(
     what: str,
     error_report: bool = True,
 ) -> dict[str, Any]:
-    """Run a composed node script (compose.py) behind BOOTSTRAP, bounded by `deadline`; its
-    result object, or NodeScriptError naming the host and why."""
+    """Run a composed node script (`node_script`) behind BOOTSTRAP, bounded by `deadline`;
+    its result object, or NodeScriptError naming the host and why."""
     data = script.encode()
     argv, stdin = shipment(interpreter, data, args)
     result = transport.run(argv, stdin=stdin, deadline=deadline)

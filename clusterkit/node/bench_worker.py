@@ -2,10 +2,17 @@
 
 This file is shipped alone to nodes that may not have clusterkit installed: it needs only
 torch and the standard library, runs as a script (`torchrun ... worker.py -b 1M -e 1G`) and
-is importable (`clusterkit.bench.worker`). It must stay Python 3.8 compatible: no runtime
-use of 3.10 syntax. Rank 0 prints one nccl-tests `<collective>_perf` table per collective
-(--collective all_reduce,all_gather,reduce_scatter,alltoall) on stdout and
-the result as JSON (between framing markers with --frame, into a file with -J).
+is importable (`clusterkit.node.bench_worker`). It must stay Python 3.8 compatible: no runtime
+use of 3.10 syntax.
+
+The one node program neither composed with the prelude nor started behind the bootstrap:
+it imports torch (the others are stdlib only and run under `python -S`), and torchrun, not
+clusterkit, starts it on every rank, as a file (the launcher writes it into a private run
+folder first), or as `torchrun -m clusterkit.bench` on one machine. So it keeps its own
+frame markers, held equal to framing.py's by a test. Rank 0 prints one nccl-tests
+`<collective>_perf` table per collective (--collective
+all_reduce,all_gather,reduce_scatter,alltoall) on stdout and the result as JSON (between
+framing markers with --frame, into a file with -J).
 
 Methodology (see docs/bench.md): every size is warmed up, then timed with a host clock
 around `iters` back-to-back all_reduce calls followed by a device synchronize, exactly like

@@ -1,6 +1,12 @@
 """Runs on every node of one srun job step (sent as `python3 -S -c SOURCE`, composed with the
 node-side prelude: stdlib only, Python 3.8+).
 
+The one node program sent in the argv rather than behind the stdin bootstrap: srun hands
+every task of the step the same stdin, and that stdin is the step's conversation with all
+its nodes (lines addressed by node name), so the relay starts from the argv and leaves stdin
+to the conversation. It carries no secrets: commands, their arguments and their stdin travel
+on that stdin, never in the argv.
+
 srun gives every task the same stdin and merges their stdout, so the control side addresses
 each line to a node by name and the relay frames what its commands print into short lines
 tagged with the node and command id: one step carries every node's conversation. The control
@@ -23,7 +29,7 @@ import subprocess
 import sys
 import threading
 
-from clusterkit.nodescript.prelude import end_group
+from clusterkit.node.prelude import end_group
 
 NODE = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 CHUNK = 600  # raw bytes per line: a framed line stays under Slurm's 1024-byte I/O message

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 
-from clusterkit.nodescript.prelude import (
+from clusterkit.node.prelude import (
     ToolError,
     find_tool,
     kill_group,

@@ -2,8 +2,8 @@
 interface readers.
 
 Stdlib only, Python 3.8+, and cheap to import: the probe starts once per node per check.
-Never shipped alone: clusterkit/transport/compose.py puts this text where a node script says
-`from clusterkit.nodescript.prelude import ...`, so the script runs on a node without
+Never shipped alone: clusterkit/transport/nodescript.py puts this text where a node script says
+`from clusterkit.node.prelude import ...`, so the script runs on a node without
 clusterkit, and still imports it as usual where clusterkit is installed (the control side,
 the tests). Everything defined here thus lands in each script's namespace: scripts must not
 define these names themselves (tests/unit/test_node_scripts.py holds them to that).

@@ -12,7 +12,7 @@ import os
 import sys
 import uuid
 
-from clusterkit.nodescript.prelude import ToolError, emit, run_bounded
+from clusterkit.node.prelude import ToolError, emit, run_bounded
 
 RUN_ARGS_LABEL = "io.clusterkit.run-args"
 

@@ -1,4 +1,4 @@
-"""clusterkit node probe: runs ON each node, sent over stdin (clusterkit/nodescript/run.py).
+"""clusterkit node probe: runs ON each node, sent over stdin (clusterkit/transport/nodescript.py).
 
 Stdlib only, Python 3.8+, and cheap to start: it runs once per node per check, so modules
 that cost milliseconds to import (shutil, platform, ctypes.util, importlib.metadata) are
@@ -6,7 +6,7 @@ replaced by the few lines the probe needs from them. Every collector runs in its
 with its own timeout, so a wedged tool (nvidia-smi on a hung driver, a stuck docker daemon)
 costs its timeout and an error entry, never the whole probe. Tools, result frame and file
 and interface readers come from the node-side prelude, whose text replaces the import below
-before the probe is sent (clusterkit/nodescript/compose.py).
+before the probe is sent (clusterkit/transport/nodescript.py).
 """
 
 import ctypes
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from clusterkit.nodescript.prelude import (
+from clusterkit.node.prelude import (
     ToolError,
     emit,
     find_tool,

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from clusterkit.nodescript.prelude import (
+from clusterkit.node.prelude import (
     ToolError,
     emit,
     read_interfaces,

@@ -1,0 +1,85 @@
+"""The `storage` stage: write a token on the master, read it on every node, clean up."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from clusterkit.checks.model import Finding, Status
+from clusterkit.errors import TransportError
+from clusterkit.inventory.model import Inventory
+from clusterkit.stages.base import StageResult
+from clusterkit.storage.checks import STAGE, shared_findings
+from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.nodescript import node_script, run_node_script
+from clusterkit.transport.pool import parallel
+
+if TYPE_CHECKING:
+    from clusterkit.stages.session import Session
+
+
+def _run(
+    transport: Transport, interpreter: str, args: dict[str, Any], deadline: Deadline
+) -> dict[str, Any]:
+    return run_node_script(
+        transport,
+        node_script("storage"),
+        [json.dumps(args, separators=(",", ":"))],
+        interpreter=interpreter,
+        deadline=deadline,
+        what="the shared-paths script",
+    )
+
+
+def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
+    """Stage "storage": write on the master, read everywhere, clean up; findings and the raw
+    answers."""
+    inventory, transports = session.inventory, session.transports
+    paths = list(inventory.settings.shared_paths)
+    if not paths:
+        return StageResult()
+    master = _master(inventory)
+    if master not in transports:
+        why = f"not checked: the master {master} could not be reached"
+        return StageResult([Finding("storage.shared", Status.SKIP, why, stage=STAGE)])
+    token = secrets.token_hex(12)
+
+    def on(name: str, action: str) -> dict[str, Any]:
+        args = {"action": action, "paths": paths, "token": token}
+        interpreter = inventory.host(name).python_interpreter or "python3"
+        return _run(transports[name], interpreter, args, deadline)
+
+    try:
+        written = on(master, "write")
+    except TransportError as error:
+        failure = f"{master}: could not write the token: {error.detail}"
+        return StageResult(
+            [Finding("storage.shared", Status.ERROR, failure, [master], stage=STAGE)]
+        )
+    names = list(transports)
+    reads: dict[str, Any] = {}
+    try:
+        for name, outcome in zip(
+            names, parallel(lambda n: on(n, "read"), names, workers=session.workers)
+        ):
+            reads[name] = (
+                {"error": outcome.detail if isinstance(outcome, TransportError) else str(outcome)}
+                if isinstance(outcome, BaseException)
+                else outcome
+            )
+    finally:
+        # the read answers are what matter; a leftover token file is harmless
+        with contextlib.suppress(TransportError):
+            on(master, "remove")
+    details = {"master": master, "token": token, "written": written, "reads": reads}
+    return StageResult(shared_findings(paths, master, token, written, reads), details)
+
+
+def _master(inventory: Inventory) -> str:
+    master = inventory.settings.master or inventory.hosts[0].name
+    for host in inventory.hosts:
+        if master in (host.name, host.address):
+            return host.name
+    return master
