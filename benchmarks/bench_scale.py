@@ -65,9 +65,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import CpuShares, busy_cpu_seconds  # noqa: E402
-from clusterkit.nodescript.compose import node_script  # noqa: E402
-from clusterkit.nodescript.run import shipment  # noqa: E402
 from clusterkit.probe.runner import COLLECTOR  # noqa: E402
+from clusterkit.transport.nodescript import node_script, shipment  # noqa: E402
 from tests.support.netcluster import (  # noqa: E402
     NetCluster,
     node_python,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
+from clusterkit.environment import Environment
 from clusterkit.status import ExitStatus, interrupted_status, note_stop_signal, stop_signal
 
 # SIGTERM (CI runners, Slurm, Kubernetes) and SIGHUP (a closed terminal) stop a run exactly
@@ -32,6 +35,9 @@ def _stop(signum: int, frame: object) -> None:
 @contextmanager
 def _stop_signals_like_ctrl_c() -> Iterator[None]:
     note_stop_signal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread():
+        yield  # run in-process from another thread (a test): signals are the host's to handle
+        return
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         if previous[signum] is not signal.SIG_IGN:  # a nohup'ed run keeps ignoring SIGHUP
@@ -43,14 +49,15 @@ def _stop_signals_like_ctrl_c() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _print_error(message: str) -> None:
+def _print_error(message: str, stderr: TextIO | None) -> None:
     """One line on stderr (a stderr that is gone too is not worth a traceback)."""
     from clusterkit.report.escape import printable
 
     # One line, whatever a node or a file put in the message.
     message = printable(message.removeprefix("clusterkit: ").removeprefix("error: "))
-    with suppress(OSError, ValueError):
-        print(f"clusterkit: error: {message}", file=sys.stderr)
+    if stderr is not None:
+        with suppress(OSError, ValueError):
+            print(f"clusterkit: error: {message}", file=stderr)
 
 
 class _StdoutGone(Exception):
@@ -58,7 +65,7 @@ class _StdoutGone(Exception):
 
 
 class _GuardedStdout:
-    """sys.stdout whose write errors are told apart from any other OSError of the run."""
+    """stdout whose write errors are told apart from any other OSError of the run."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
@@ -79,38 +86,49 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
+    """Run `clusterkit ARGV` (default: sys.argv) in `env` (default: this process's streams,
+    variables and folder); the exit status."""
+    if env is None:
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            _print_error(
+                "standard output is closed; redirect it, or write the report with -o FILE",
+                sys.stderr,
+            )
+            return int(ExitStatus.USAGE)
+        env = Environment.from_process()
+    return _run(argv, env)
+
+
+def _run(argv: Sequence[str] | None, env: Environment) -> int:
     from clusterkit import cli, logs
     from clusterkit.errors import ClusterkitError
 
-    if sys.stdout is None:  # started with stdout closed (`>&-`)
-        _print_error("standard output is closed; redirect it, or write the report with -o FILE")
-        return int(ExitStatus.USAGE)
-    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
+    stdout = env.stdout
+    env = dataclasses.replace(env, stdout=cast(TextIO, _GuardedStdout(stdout)))
     try:
         with _stop_signals_like_ctrl_c():
-            args = cli.parse(argv)
-            logs.configure(args.verbose)  # the only place logging is set up
-            status = int(cli.dispatch(args))
-            sys.stdout.flush()  # a full or closed stdout is an error of this run
+            args = cli.parse(argv, env)
+            logs.configure(args.verbose, env.stderr)  # the only place logging is set up
+            status = int(cli.dispatch(args, env))
+            env.stdout.flush()  # a full or closed stdout is an error of this run
             return status
     except ClusterkitError as error:
-        _print_error(error.shown())
+        _print_error(error.shown(), env.stderr)
         return int(error.exit_status)
     except KeyboardInterrupt:
         print(
             f"clusterkit: {_STOPPED_BY[stop_signal()]}; remote commands were stopped",
-            file=sys.stderr,
+            file=env.stderr,
         )
         return int(interrupted_status())
     except _StdoutGone as error:
-        _print_error(f"cannot write to standard output: {error}")
+        _print_error(f"cannot write to standard output: {error}", env.stderr)
         # The interpreter flushes stdout once more at exit: let that go nowhere, quietly.
         with suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+            fileno = stdout.fileno()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fileno)
         return int(ExitStatus.USAGE)
-    finally:
-        sys.stdout = stdout
 
 
 if __name__ == "__main__":

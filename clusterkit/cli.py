@@ -7,7 +7,8 @@ import difflib
 import importlib
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from clusterkit import __version__
 from clusterkit.completion import SHELLS
@@ -17,12 +18,27 @@ from clusterkit.launch.spares import NodeCount
 from clusterkit.probe import PROBE_SECONDS
 from clusterkit.status import ExitStatus
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+    from clusterkit.environment import Environment
+
 STAGES = ("network", "bench", "image", "dcgm")
 FORMATS = ("text", "json", "junit")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (exit 2, one line) instead of printing usage and exiting."""
+    """argparse that raises UsageError (exit 2, one line) instead of printing usage and exiting,
+    and prints --help, --version and warnings to the run's streams (set by `parse` on every
+    parser of the tree; None: the process's)."""
+
+    stdout: TextIO | None = None
+    stderr: TextIO | None = None
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            stream = self.stderr if file is sys.stderr else self.stdout
+            (stream or file or sys.stdout).write(message)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.removeprefix("clusterkit").strip()  # main prints "clusterkit: "
@@ -70,7 +86,7 @@ class _Deprecated(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         print(
             f"clusterkit: warning: {option_string} is deprecated; use {self.replacement}",
-            file=sys.stderr,
+            file=getattr(parser, "stderr", None) or sys.stderr,
         )
         setattr(namespace, self.dest, self.value if self.value is not None else values)
 
@@ -1090,7 +1106,29 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
                 _add_verbosity(child)
 
 
-def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """`parser` and every parser below it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _parsers(child)
+
+
+def _speaking_to(
+    parser: argparse.ArgumentParser, env: Environment | None
+) -> argparse.ArgumentParser:
+    """`parser` with help, version and warnings going to `env`'s streams."""
+    if env is not None:
+        for each in _parsers(parser):
+            if isinstance(each, _Parser):
+                each.stdout, each.stderr = env.stdout, env.stderr
+    return parser
+
+
+def parse(argv: Sequence[str] | None = None, env: Environment | None = None) -> argparse.Namespace:
+    """The command line as a Namespace; --help and --version print to `env`'s stdout (None:
+    the process's) and exit with SystemExit, as argparse does."""
     words = list(sys.argv[1:] if argv is None else argv)
     job: list[str] = []
     if "--" in words:  # `launch INV -- train.py ARGS`: the job's words are not ours
@@ -1098,12 +1136,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         words, job = words[:cut], words[cut + 1 :]
     lead = next((i for i, word in enumerate(words) if not word.startswith("-")), len(words))
     if words[lead : lead + 2] == ["cost", "prices"]:
-        args = cost_prices_parser().parse_args(words[:lead] + words[lead + 2 :])
+        args = _speaking_to(cost_prices_parser(), env).parse_args(words[:lead] + words[lead + 2 :])
         if args.prices_command is None:
             raise UsageError("cost prices: give a step", hint="try `clusterkit cost prices update`")
         args.command = "cost"
     else:
-        args = build_parser().parse_args(words)
+        args = _speaking_to(build_parser(), env).parse_args(words)
     args.verbose = getattr(args, "verbose", 0)
     if args.command is None:
         raise UsageError("no command given", hint="try `clusterkit check`")
@@ -1122,16 +1160,17 @@ OUTPUT_FLAGS = {
 }
 
 
-def dispatch(args: argparse.Namespace) -> ExitStatus | int:
-    """The command's exit status: an ExitStatus, or (launch) the job's own status."""
+def dispatch(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
+    """The command's exit status: an ExitStatus, or (launch) the job's own status. Every
+    command runs as `run(args, env)`, with the run's streams, variables and folder."""
     from clusterkit.report import ensure_writable
 
     for dest, flag in OUTPUT_FLAGS.items():
         if getattr(args, dest, None):
             ensure_writable(getattr(args, dest), flag)
     module_name, _, function_name = args.handler.partition(":")
-    handler: Callable[[argparse.Namespace], ExitStatus | int] = getattr(
+    handler: Callable[[argparse.Namespace, Environment], ExitStatus | int] = getattr(
         importlib.import_module(module_name), function_name
     )
-    status = handler(args)
+    status = handler(args, env)
     return ExitStatus(status) if status in set(ExitStatus) else int(status)

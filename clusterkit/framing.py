@@ -2,8 +2,8 @@
 
 Node scripts print their result between two markers, so a login banner, MOTD or a noisy
 shell profile around it cannot corrupt the result. They frame it with the node-side prelude
-(clusterkit/nodescript/prelude.py), whose `BEGIN`/`END` must equal these (a test holds them
-so); clusterkit/nodescript/run.py turns a missing or broken frame into its reason.
+(clusterkit/node/prelude.py), whose `BEGIN`/`END` must equal these (a test holds them
+so); clusterkit/transport/nodescript.py turns a missing or broken frame into its reason.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import json
 import os
 import sys
 
-from clusterkit.bench import gate, worker
+from clusterkit.bench import gate
+from clusterkit.node import bench_worker as worker
 
 
 def _local_facts(result: dict) -> dict[str, dict]:

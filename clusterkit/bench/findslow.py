@@ -30,10 +30,10 @@ from clusterkit.bench.launcher import (
     supervise,
 )
 from clusterkit.bench.slowrule import GroupRun, SlowVerdict, judge_groups
-from clusterkit.bench.worker import parse_size
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Host, Inventory
+from clusterkit.node.bench_worker import parse_size
 from clusterkit.rundir import EACH_OWN_FOLDER
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel

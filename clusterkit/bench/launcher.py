@@ -112,7 +112,7 @@ class BenchOutcome:
 
 def worker_source() -> bytes:
     """The worker file, shipped over stdin to nodes that may lack clusterkit."""
-    return resources.files("clusterkit.bench").joinpath("worker.py").read_bytes()
+    return resources.files("clusterkit.node").joinpath("bench_worker.py").read_bytes()
 
 
 def ranks_per_node(inventory: Inventory, options: BenchOptions, hosts: list[Host]) -> int:

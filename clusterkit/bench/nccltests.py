@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clusterkit.bench.worker import format_table, format_tables
+from clusterkit.node.bench_worker import format_table, format_tables
 
 __all__ = ["TableError", "format_table", "format_tables", "parse_json", "parse_table", "write_json"]
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterkit.bench.worker import parse_size
 from clusterkit.inventory.model import BenchSettings
+from clusterkit.node.bench_worker import parse_size
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from clusterkit.bench import findslow
 from clusterkit.bench.findslow import MIN_ROUND_S, FindSlowOutcome, run_round
 from clusterkit.bench.gate import STAGE, Threshold, detect_fabric, fabric_default
 from clusterkit.bench.launcher import BenchOptions, plan_world
-from clusterkit.bench.worker import parse_size
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.inventory.model import Inventory
+from clusterkit.node.bench_worker import parse_size
 from clusterkit.transport.base import Deadline, Transport
 
 CHECK = "bench.node-busbw"

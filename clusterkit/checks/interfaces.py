@@ -14,7 +14,7 @@ VIRTUAL_NAMES = (
     *DEFAULT_EXCLUDED, "veth", "virbr", "br-", "cni", "flannel", "cali", "cilium", "podman",
     "weave", "kube-", "tun", "tap",
 )  # fmt: skip
-# Kinds (nodescript/prelude.py interface_kind) that carry a machine's own traffic.
+# Kinds (node/prelude.py interface_kind) that carry a machine's own traffic.
 HOST_KINDS = ("device", "bond", "vlan", "team")
 # Kinds that never carry the collectives of their own: a bridge does only where it holds the
 # route to the master (a host whose NIC is enslaved to br0), which callers check first.

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clusterkit.commands.common import check_stages
+from clusterkit.environment import Environment
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.faults import Fault, classify
 from clusterkit.launch.incidents import Incident, restart_minutes
@@ -32,6 +33,7 @@ from clusterkit.stages.session import NoProgress, SessionOptions
 
 RECHECK_STAGES = ("probe", "static", "network")  # fast: seconds, not the bench's minutes
 POSTMORTEM_STAGES = ("probe", "static")  # what a failed attempt's survivors say of themselves
+RECOVERABLE = ("failed", "lost", "hung")  # what a restart may cure; not a time limit
 RESTART_VARIABLE = "CLUSTERKIT_RESTART"  # the attempt number, 0 first: resume when > 0
 
 
@@ -40,6 +42,7 @@ class Attempts:
     """One launch's attempts over a pool of connected, checked hosts."""
 
     args: argparse.Namespace
+    env: Environment
     inventory: Inventory
     gate_session: Session  # its transports serve every attempt; closed by the caller
     pool: NodePool
@@ -72,8 +75,8 @@ class Attempts:
             )
             self._announce(settings)
             outcome = self._run_attempt(session, settings)
-            if outcome is None or outcome.result in ("succeeded", "interrupted"):
-                return outcome
+            if outcome is None or outcome.result not in RECOVERABLE:
+                return outcome  # succeeded, interrupted, or stopped at --time-limit
             self.outcome = outcome
             next_set = self._recover(outcome)
             if next_set is None:
@@ -253,7 +256,7 @@ class Attempts:
         if recheck and self.args.recheck == "bench":
             wanted.add("bench")
         if wanted:
-            chosen = [s for s in check_stages(self.args, inventory) if s.name in wanted]
+            chosen = [s for s in check_stages(self.args, self.env, inventory) if s.name in wanted]
             run_stages(session, self.steps(chosen))
         return session
 

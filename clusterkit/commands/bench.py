@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.nccltests import write_json
-from clusterkit.bench.worker import DTYPES, parse_collectives, parse_size
 from clusterkit.checks.model import Status
 from clusterkit.commands.common import connect_options, load_targets
+from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
+from clusterkit.node.bench_worker import DTYPES, parse_collectives, parse_size
 from clusterkit.probe import PROBE_SECONDS
 from clusterkit.report import Report, emit
 from clusterkit.slurm.check import slurm_stages, write_exclude_file
@@ -33,9 +35,15 @@ def bench_timeout(args: argparse.Namespace, settings: BenchSettings) -> float:
     return settings.timeout if args.timeout is None else args.timeout
 
 
-def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict) -> BenchOptions:
+def bench_options(
+    args: argparse.Namespace,
+    settings: BenchSettings,
+    facts: dict,
+    environ: Mapping[str, str] | None = None,
+) -> BenchOptions:
     """Validate the sweep flags (one-line usage errors) and build the launcher's options:
-    flags over the inventory's `clusterkit.bench`, over its defaults."""
+    flags over the inventory's `clusterkit.bench`, over its defaults. `environ` (None: this
+    process's) is the environment the run was started in."""
     for flag, value in (("-b", args.minbytes), ("-e", args.maxbytes)):
         try:
             if value is not None:
@@ -83,7 +91,7 @@ def bench_options(args: argparse.Namespace, settings: BenchSettings, facts: dict
         find_slow=args.find_slow,
         find_slow_group=args.group_size,
         per_node=args.per_node or None,
-        environ=dict(os.environ),
+        environ=dict(os.environ if environ is None else environ),
         facts=facts,
     )
     if parse_size(options.minbytes) > parse_size(options.maxbytes):
@@ -105,19 +113,22 @@ def failed_result(report: Report) -> dict[str, Any]:
     return {"results": [], "error": error or {"message": "no result was measured"}}
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     started = time.monotonic()
-    inventory, slurm = load_targets(args)
+    inventory, slurm = load_targets(args, env)
     settings = inventory.settings.bench
     deadline = Deadline.after(bench_timeout(args, settings))
-    bench_options(args, settings, {})  # usage errors before any connection
+    bench_options(args, settings, {}, env.environ)  # usage errors before any connection
     session = Session(inventory, deadline, SessionOptions(forks=args.forks))
     stages = [
-        ConnectStage(connect_options(args)),
+        ConnectStage(connect_options(args, env)),
         ProbeStage(PROBE_SECONDS),
         # No preflight: the stage itself refuses a partial world or a node whose probe
         # failed, and says so.
-        BenchStage(lambda session: bench_options(args, settings, session.facts), preflight=False),
+        BenchStage(
+            lambda session: bench_options(args, settings, session.facts, env.environ),
+            preflight=False,
+        ),
     ]
     try:
         # On Slurm nodes over srun (inside an allocation): each stage in one job step.
@@ -128,7 +139,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
     if args.result_json:
         result = (session.details.get("bench") or {}).get("result")
         write_json(result or failed_result(report), args.result_json)
-    emit(report, args.format, args.output, only_problems=args.only_problems)
+    emit(report, args.format, args.output, env, only_problems=args.only_problems)
     if args.exclude_file:
         write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status

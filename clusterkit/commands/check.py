@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import TextIO
 
 from clusterkit.checks.model import NEEDS_FIX
 from clusterkit.commands.common import checked_session, load_targets, machine_only
+from clusterkit.environment import Environment
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
 from clusterkit.slurm.check import write_exclude_file
@@ -16,20 +16,20 @@ from clusterkit.stages import build_report
 from clusterkit.status import ExitStatus
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     started = time.monotonic()
-    inventory, slurm = load_targets(args)
-    with progress() as bar:
-        session = checked_session(args, inventory, bar, slurm, machine=machine_only(args))
+    inventory, slurm = load_targets(args, env)
+    with progress(env) as bar:
+        session = checked_session(args, env, inventory, bar, slurm, machine=machine_only(args))
         session.close()
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
     plan = fix_plan(report) if args.fix_plan else None
     report.fix_plan = plan
-    emit(report, args.format, args.output, only_problems=args.only_problems)
+    emit(report, args.format, args.output, env, only_problems=args.only_problems)
     if plan is not None and args.format != "json":
         # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
         to_stderr = args.format == "junit" and not args.output
-        print_fix_plan(plan, sys.stderr if to_stderr else sys.stdout)
+        print_fix_plan(plan, env.stderr if to_stderr else env.stdout)
     if args.exclude_file:
         write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status

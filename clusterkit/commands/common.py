@@ -4,11 +4,11 @@ flags), and the check's stages, which `check` reports and `launch` runs before t
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from clusterkit.checks.parity import torch_cuda
+from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory import Inventory, load_inventory, local_inventory, select_hosts
 from clusterkit.provision.remedy import with_stage_fixes
@@ -21,8 +21,9 @@ from clusterkit.stages.connect import ConnectStage
 from clusterkit.stages.dcgm import DcgmStage
 from clusterkit.stages.image import IMAGE_SECONDS, ImageStage
 from clusterkit.stages.network import NETWORK_SECONDS, NetworkStage
-from clusterkit.stages.probe import ProbeStage, StaticStage
+from clusterkit.stages.probe import ProbeStage
 from clusterkit.stages.session import ProgressSink, SessionOptions
+from clusterkit.stages.static import StaticStage
 from clusterkit.stages.storage import SHARED_SECONDS, StorageStage
 from clusterkit.transport.endpoint import ConnectOptions
 
@@ -30,21 +31,23 @@ if TYPE_CHECKING:  # the launcher is imported only when the bench runs
     from clusterkit.bench.launcher import BenchOptions
 
 
-def load_target(args: argparse.Namespace) -> Inventory:
+def load_target(args: argparse.Namespace, env: Environment) -> Inventory:
     """The inventory named on the command line (limited), or this machine."""
-    return load_targets(args)[0]
+    return load_targets(args, env)[0]
 
 
-def load_targets(args: argparse.Namespace) -> tuple[Inventory, SlurmTarget | None]:
+def load_targets(
+    args: argparse.Namespace, env: Environment
+) -> tuple[Inventory, SlurmTarget | None]:
     """The hosts to act on: Slurm's nodes with --slurm* (an inventory, if given, supplies the
     settings and SSH parameters), else the inventory (limited), else this machine."""
     sources = inventory_sources(args)
     via_ansible = getattr(args, "inventory_via_ansible", False)
     inventory = load_inventory(sources, via_ansible=via_ansible) if sources else None
     for warning in inventory.warnings if inventory else ():  # Ansible would warn too: once
-        print(f"clusterkit: warning: {redact_text(warning)}", file=sys.stderr)
+        print(f"clusterkit: warning: {redact_text(warning)}", file=env.stderr)
     if wants_slurm(args):
-        target = slurm_target(args, inventory)
+        target = slurm_target(args, inventory, env.environ)
         inventory = target.inventory
     else:
         if getattr(args, "settings", None):
@@ -82,17 +85,19 @@ def inventory_sources(args: argparse.Namespace) -> list[str]:
     return positional + list(getattr(args, "inventory_sources", None) or [])
 
 
-def connect_options(args: argparse.Namespace) -> ConnectOptions:
+def connect_options(args: argparse.Namespace, env: Environment) -> ConnectOptions:
     return ConnectOptions(
         host_key_policy=args.host_key_policy,
         known_hosts=tuple(args.known_hosts),
         ssh_config=args.ssh_config,
         connect_timeout=args.connect_timeout,
         forks=args.forks,
+        environ=env.environ,
+        warnings=env.stderr,
     )
 
 
-def check_stages(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
+def check_stages(args: argparse.Namespace, env: Environment, inventory: Inventory) -> list[Stage]:
     """The check, in order. The bench comes last and never starts on a network known to be
     broken: it would only hang."""
 
@@ -112,7 +117,7 @@ def check_stages(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
         )
 
     return [
-        ConnectStage(connect_options(args)),
+        ConnectStage(connect_options(args, env)),
         ProbeStage(args.timeout),
         StaticStage(),
         StorageStage(SHARED_SECONDS),
@@ -133,6 +138,7 @@ def dcgm_stage(args: argparse.Namespace, inventory: Inventory) -> list[Stage]:
 
 def checked_session(
     args: argparse.Namespace,
+    env: Environment,
     inventory: Inventory,
     bar: ProgressSink,
     slurm: SlurmTarget | None = None,
@@ -150,7 +156,7 @@ def checked_session(
         progress=bar,
     )
     try:
-        run_stages(session, slurm_stages(args, slurm, check_stages(args, inventory)))
+        run_stages(session, slurm_stages(args, slurm, check_stages(args, env, inventory)))
     except BaseException:
         session.close()
         raise

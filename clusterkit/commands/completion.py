@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from clusterkit.completion import script
+from clusterkit.environment import Environment
 from clusterkit.status import ExitStatus
 
 
@@ -16,6 +16,6 @@ def completion_script(shell: str) -> str:
     return script(build_parser(), shell, {"cost prices": cost_prices_parser()})
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
-    sys.stdout.write(completion_script(args.shell))
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    env.stdout.write(completion_script(args.shell))
     return ExitStatus.PASSED

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import date
 from pathlib import Path
@@ -16,9 +16,10 @@ from clusterkit.cost import simulate
 from clusterkit.cost.estimate import Estimate, Provenance, estimate
 from clusterkit.cost.rates import ADVISOR_BUCKETS, RateSource, parse_rate, read_trace
 from clusterkit.cost.scenario import CapacityWait, Hazard, Scenario
+from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import CostSettings
-from clusterkit.report.terminal import is_terminal, wants_color
+from clusterkit.report.terminal import wants_color
 from clusterkit.status import ExitStatus
 from clusterkit.words import counted
 
@@ -75,18 +76,24 @@ LIMITS = {
 INVENTORY_KEYS = tuple(field.name for field in fields(CostSettings))
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
-    result = build(args)
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    result = build(args, environ=env.environ)
     if args.plot:
         from clusterkit.cost.plot import write_png
 
         write_png(result, args.plot)
-    _write(result, args)
+    _write(result, args, env)
     return ExitStatus.PASSED
 
 
-def build(args: argparse.Namespace, today: date | None = None) -> Estimate:
-    """Every input resolved, then the estimate; `today` ages the catalog's prices."""
+def build(
+    args: argparse.Namespace,
+    today: date | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Estimate:
+    """Every input resolved, then the estimate; `today` ages the catalog's prices, and
+    `environ` (None: this process's) says where the user's catalog is."""
     values = _merge(args)
     warnings: list[str] = []
     nodes = values.get("nodes")
@@ -94,7 +101,7 @@ def build(args: argparse.Namespace, today: date | None = None) -> Estimate:
         raise UsageError("no node count: give --nodes N or an inventory")
     hours = _number(values, "hours", required=True)
     assert hours is not None  # required: _number raised a usage error otherwise
-    prices, provenance_prices, gpus_from_catalog = _prices(values, warnings, today)
+    prices, provenance_prices, gpus_from_catalog = _prices(values, warnings, today, environ)
     rate = _rate(values, provenance_prices.pop("interruption", None))
     correlation_origin = "default: independent"
     correlation = _number(values, "correlation")
@@ -295,7 +302,10 @@ def _capacity_wait(values: _Values) -> CapacityWait | None:
 
 
 def _prices(
-    values: _Values, warnings: list[str], today: date | None = None
+    values: _Values,
+    warnings: list[str],
+    today: date | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[tuple[float, float], dict[str, Any], int | None]:
     """(on-demand, spot) per node-hour, their provenance, and the catalog's GPU count."""
     on_demand = _number(values, "on_demand_price")
@@ -304,7 +314,8 @@ def _prices(
     catalog_path = values.get("catalog")
     if instance is None and catalog_path is None and (on_demand is None or spot is None):
         # One name per instance type, in catalog order: an entry per region repeats it.
-        known = ", ".join(dict.fromkeys(e.instance for e in price_catalog.load().entries))
+        catalog = price_catalog.load(price_catalog.default_path(environ))
+        known = ", ".join(dict.fromkeys(e.instance for e in catalog.entries))
         raise UsageError(
             f"no prices: give --on-demand-price and --spot-price, or --instance (known: {known})"
         )
@@ -312,7 +323,7 @@ def _prices(
         return (on_demand, spot), {"price_origin": "flags"}, None  # type: ignore[return-value]
     max_age = _number(values, "max_price_age_days")
     loaded = price_catalog.load(
-        None if catalog_path is None else str(catalog_path),
+        price_catalog.default_path(environ) if catalog_path is None else str(catalog_path),
         today=today,
         max_age_days=price_catalog.DEFAULT_MAX_AGE_DAYS if max_age is None else max_age,
     )
@@ -364,17 +375,17 @@ def _names_entry(warning: str, loaded: price_catalog.Catalog) -> bool:
     return any(entry.name in warning for entry in loaded.entries)
 
 
-def _write(result: Estimate, args: argparse.Namespace) -> None:
+def _write(result: Estimate, args: argparse.Namespace, env: Environment) -> None:
     from clusterkit.cost.report import render_json, render_text
 
     if args.format == "json":
         text = render_json(result)
     else:
-        color = args.output is None and wants_color(sys.stdout)
-        terminal = args.output is None and is_terminal(sys.stdout)
+        color = args.output is None and wants_color(env.environ, env.stdout_isatty)
+        terminal = args.output is None and env.stdout_isatty
         text = render_text(result, color=color, terminal=terminal)
     if args.output is None:
-        sys.stdout.write(text)
+        env.stdout.write(text)
         return
     try:
         Path(args.output).write_text(text, encoding="utf-8")

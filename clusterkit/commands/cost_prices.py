@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import date
 from pathlib import Path
 
 from clusterkit.cost import catalog as price_catalog
 from clusterkit.cost import prices_update as update
+from clusterkit.environment import Environment
 from clusterkit.report.escape import printable
 from clusterkit.status import ExitStatus
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
-    source = args.catalog or price_catalog.default_path()
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    source = args.catalog or price_catalog.default_path(env.environ)
     document = update.read_document(source)
     endpoints = update.Endpoints.from_env(
-        aws=args.aws_url, spot_advisor=args.spot_advisor_url, azure=args.azure_url
+        env.environ, aws=args.aws_url, spot_advisor=args.spot_advisor_url, azure=args.azure_url
     )
     fetch = update.Fetcher(args.timeout)
     providers = set(args.provider or ("aws", "azure"))
@@ -43,17 +43,18 @@ def run(args: argparse.Namespace) -> ExitStatus:
         endpoints.spot_advisor if "aws" in providers else None,
         today,
     )
-    output = Path(args.output) if args.output else price_catalog.user_path()
-    update.write_document(merged.document, output)
+    output = Path(args.output) if args.output else price_catalog.user_path(env.environ)
+    update.write_document(merged.document, output, env.environ)
     checked = price_catalog.load(str(output), today=today)
     warnings = [*merged.warnings, *checked.warnings]
     for warning in warnings:
-        print(f"warning: {printable(warning)}", file=sys.stderr)
+        print(f"warning: {printable(warning)}", file=env.stderr)
     for what, names in (("added", merged.added), ("changed", merged.changed)):
         for name in names:
-            print(f"{what}: {name}")
+            print(f"{what}: {name}", file=env.stdout)
     print(
         f"{len(merged.added)} added, {len(merged.changed)} changed, "
-        f"{len(merged.unchanged)} unchanged, {len(warnings)} warnings; wrote {output}"
+        f"{len(merged.unchanged)} unchanged, {len(warnings)} warnings; wrote {output}",
+        file=env.stdout,
     )
     return ExitStatus.PASSED

@@ -5,29 +5,35 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 
+from clusterkit.environment import Environment
 from clusterkit.errors import ConfigError
 from clusterkit.image import lock as lockmod
 from clusterkit.image.render import drifted, write_rendered
 from clusterkit.image.spec import ImageSpec, find_specs, load_spec
 from clusterkit.status import ExitStatus
 
-out = Console(highlight=False, soft_wrap=True)
+
+def _out(env: Environment) -> Console:
+    """The step's lines on `env`'s stdout."""
+    return Console(file=env.stdout, highlight=False, soft_wrap=True, _environ=env.environ)
 
 
-def _specs(args: argparse.Namespace) -> list[ImageSpec]:
-    paths = args.specs or find_specs()
+def _specs(args: argparse.Namespace, env: Environment) -> list[ImageSpec]:
+    paths = args.specs or find_specs(env.path("images"))
     if not paths:
         raise ConfigError("no image specs given and none under images/")
     return [load_spec(path) for path in paths]
 
 
-def _lock(args: argparse.Namespace) -> ExitStatus:
+def _lock(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    out = _out(env)
     status = ExitStatus.PASSED
-    for spec in _specs(args):
+    for spec in _specs(args, env):
         if args.fail_if_stale:
             reason = lockmod.stale_reason(spec)
             if reason:
@@ -38,7 +44,8 @@ def _lock(args: argparse.Namespace) -> ExitStatus:
             continue
         from clusterkit.image.registry import manifest_digest
 
-        digest, source = lockmod.resolve_base(spec, manifest_digest, offline=args.offline)
+        registry_digest = partial(manifest_digest, environ=env.environ)
+        digest, source = lockmod.resolve_base(spec, registry_digest, offline=args.offline)
         lock = lockmod.build_lock(spec, digest, source, lockmod.resolve_packages(spec))
         lockmod.fill_wheelhouse(spec, lock)
         spec.lock_path.write_text(lockmod.dumps(lock))
@@ -52,9 +59,10 @@ def _lock(args: argparse.Namespace) -> ExitStatus:
     return status
 
 
-def _render(args: argparse.Namespace) -> ExitStatus:
+def _render(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    out = _out(env)
     status = ExitStatus.PASSED
-    for spec in _specs(args):
+    for spec in _specs(args, env):
         reason = lockmod.stale_reason(spec)
         if reason:
             raise ConfigError(f"{spec.lock_path}: {reason}", hint="run `clusterkit image lock`")
@@ -88,27 +96,29 @@ def _revision(spec: ImageSpec) -> str:
     return done.stdout.decode().strip() if done.returncode == 0 else "unknown"
 
 
-def _one_spec(args: argparse.Namespace) -> ImageSpec:
-    specs = _specs(args)
+def _one_spec(args: argparse.Namespace, env: Environment) -> ImageSpec:
+    specs = _specs(args, env)
     if len(specs) != 1:
         raise ConfigError(f"`image {args.image_command}` takes exactly one spec")
     return specs[0]
 
 
-def _build(args: argparse.Namespace) -> ExitStatus:
+def _build(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    out = _out(env)
     from clusterkit.image.build import build_image, image_references
-    from clusterkit.image.engine import api_client
+    from clusterkit.image.engine import api_client, console
 
-    spec = _one_spec(args)
+    spec = _one_spec(args, env)
     references = image_references(spec, args.repository, args.tag)
     built = build_image(
-        api_client(),
+        api_client(environ=env.environ),
         spec,
         references,
         revision=args.revision or _revision(spec),
         no_cache=args.no_cache,
         quiet=args.quiet,
         network=args.network,
+        out=console(env.stderr, env.environ),
     )
     out.print(
         f"built {built.image_id} ({built.cached_steps} cached step(s) of {built.steps}): "
@@ -118,16 +128,23 @@ def _build(args: argparse.Namespace) -> ExitStatus:
     return ExitStatus.PASSED
 
 
-def _push(args: argparse.Namespace) -> ExitStatus:
+def _push(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    out = _out(env)
     from clusterkit.image.build import image_references, push_image
-    from clusterkit.image.engine import api_client
+    from clusterkit.image.engine import api_client, console
 
-    spec = _one_spec(args)
-    api = api_client()
+    spec = _one_spec(args, env)
+    api = api_client(environ=env.environ)
     references = image_references(spec, args.repository, args.tag)
     digest = ""
     for reference in references:
-        digest = push_image(api, reference, quiet=args.quiet)
+        digest = push_image(
+            api,
+            reference,
+            quiet=args.quiet,
+            out=console(env.stderr, env.environ),
+            environ=env.environ,
+        )
         out.print(f"pushed {reference} {digest}", markup=False)
     repository = references[0].rpartition(":")[0]
     out.print(f"{repository}@{digest}", markup=False)
@@ -137,15 +154,16 @@ def _push(args: argparse.Namespace) -> ExitStatus:
     return ExitStatus.PASSED
 
 
-def _verify(args: argparse.Namespace) -> ExitStatus:
+def _verify(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    out = _out(env)
     from clusterkit.image.build import image_references
     from clusterkit.image.engine import api_client
     from clusterkit.image.verify import differences, probe_image
 
-    spec = _one_spec(args)
+    spec = _one_spec(args, env)
     lock = lockmod.read_lock(spec)
     reference = args.reference or image_references(spec, args.repository, [])[0]
-    found = probe_image(api_client(), reference, timeout=args.timeout)
+    found = probe_image(api_client(environ=env.environ), reference, timeout=args.timeout)
     problems = differences(lock, found)
     summary = ", ".join(f"{key} {found.get(key)}" for key in ("torch", "cuda", "nccl", "python"))
     if problems:
@@ -159,7 +177,7 @@ def _verify(args: argparse.Namespace) -> ExitStatus:
 HANDLERS = {"lock": _lock, "render": _render, "build": _build, "push": _push, "verify": _verify}
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if not getattr(args, "image_command", None):
         raise ConfigError("image: name a step: lock, render, build, push or verify")
-    return HANDLERS[args.image_command](args)
+    return HANDLERS[args.image_command](args, env)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from clusterkit.commands.attempts import Attempts, subset
 from clusterkit.commands.common import checked_session, connect_options, load_targets
+from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.incidents import restart_minutes, trace_text
@@ -58,15 +59,15 @@ class Gate:
     session: Session | None = None  # open connections, kept for the job
 
 
-def run(args: argparse.Namespace) -> ExitStatus | int:
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
     if not args.job:
         raise UsageError(
             "clusterkit launch: no script to run", hint="put it after --: launch INV -- train.py"
         )
-    inventory, target = load_targets(args)
-    options = supervise_options(args)
+    inventory, target = load_targets(args, env)
+    options = supervise_options(args, env)
     try:
-        return launch(args, inventory, options, target)
+        return launch(args, env, inventory, options, target)
     finally:
         if options.log_dir is not None:
             options.log_dir.close()
@@ -74,29 +75,38 @@ def run(args: argparse.Namespace) -> ExitStatus | int:
 
 def launch(
     args: argparse.Namespace,
+    env: Environment,
     inventory: Inventory,
     options: SuperviseOptions,
     target: SlurmTarget | None = None,
 ) -> int:
-    gate = open_gate(args, inventory, target)
+    gate = open_gate(args, env, inventory, target)
     try:
-        pool = node_pool(args, inventory, gate)
+        pool = node_pool(args, env, inventory, gate)
         if pool is None:
             return gate.status if gate.status is not ExitStatus.PASSED else ExitStatus.FAILED
         run_id = uuid.uuid4().hex[:12]
         if args.print or args.print_dir:
             chosen = subset(inventory, pool.active)
-            print_plan(build_plan(settings_for(args)(chosen, gate.facts, gate.details, run_id)),
-                       args.print_dir)  # fmt: skip
+            plan = build_plan(settings_for(args)(chosen, gate.facts, gate.details, run_id))
+            print_plan(plan, args.print_dir, env.stdout)
             return ExitStatus.PASSED
         assert gate.session is not None
         gate.session.progress = NoProgress()  # the job's own lines are the progress now
         attempts = Attempts(
-            args, inventory, gate.session, pool, options, run_id, settings_for(args), note
+            args,
+            env,
+            inventory,
+            gate.session,
+            pool,
+            options,
+            run_id,
+            settings_for(args),
+            partial(note, env),
         )
         if (srun := srun_session_of(gate.session.transports)) is not None:
             attempts.steps = lambda stages: in_steps(srun, stages)
-            attempts.left_out = slurm_left_out(args, srun)
+            attempts.left_out = slurm_left_out(args, env, srun)
         facts, details = gate.facts, gate.details
         if inventory.master.name not in pool.active:
             settled = attempts.settle()
@@ -104,8 +114,9 @@ def launch(
                 return ExitStatus.FAILED
             facts, details = settled
         note(
+            env,
             f"clusterkit: launching run {run_id} on {counted(len(pool.active), 'node')} "
-            f"({gate.how})"
+            f"({gate.how})",
         )
         outcome = attempts.run(facts, details)
         if outcome is None:  # the session itself refused: a node is gone since the gate
@@ -113,15 +124,17 @@ def launch(
         if outcome.result == "interrupted":
             raise KeyboardInterrupt  # every node is stopped; the entry point names the signal
         attempts.outcome = outcome
-        report_outcome(outcome, options)
-        record_run(args, gate, attempts)
+        report_outcome(outcome, options, env)
+        record_run(args, env, gate, attempts)
         return outcome.status
     finally:
         if gate.session is not None:
             gate.session.close()
 
 
-def node_pool(args: argparse.Namespace, inventory: Inventory, gate: Gate) -> NodePool | None:
+def node_pool(
+    args: argparse.Namespace, env: Environment, inventory: Inventory, gate: Gate
+) -> NodePool | None:
     """The hosts the job starts on (master first) and the spares; None when the job cannot
     start. Without --nnodes every host runs and every one must pass; with it, hosts that
     fail the check are left out, named, as long as enough healthy ones remain."""
@@ -135,27 +148,38 @@ def node_pool(args: argparse.Namespace, inventory: Inventory, gate: Gate) -> Nod
     pool = NodePool(count, tuple(names))
     if gate.status is not ExitStatus.PASSED:
         if args.nnodes is None or gate.session is None:
-            note(f"clusterkit: the check did not pass: nothing was started (exit {gate.status})")
+            note(
+                env, f"clusterkit: the check did not pass: nothing was started (exit {gate.status})"
+            )
             return None
         problems, whole = problems_by_host(gate.session.findings, names, strict=args.strict)
         for host, error in gate.session.unreachable.items():
             problems.setdefault(host, [f"unreachable: {error.detail}"])
         if whole:
-            note(f"clusterkit: the check failed for every node ({whole[0]}): nothing was started")
+            note(
+                env,
+                f"clusterkit: the check failed for every node ({whole[0]}): nothing was started",
+            )
             return None
         for host in pool.exclude(problems):
-            note(printable(f"clusterkit: {host} failed the check, left out: {problems[host][0]}"))
+            note(
+                env,
+                printable(f"clusterkit: {host} failed the check, left out: {problems[host][0]}"),
+            )
     pool.fill(first=True)
     if not pool.enough:
         note(
+            env,
             f"clusterkit: {counted(len(pool.active), 'healthy node')}, --nnodes needs "
-            f"{count.least}: nothing was started"
+            f"{count.least}: nothing was started",
         )
         return None
     return pool
 
 
-def slurm_left_out(args: argparse.Namespace, srun: SrunSession) -> Callable[[str, str], None]:
+def slurm_left_out(
+    args: argparse.Namespace, env: Environment, srun: SrunSession
+) -> Callable[[str, str], None]:
     """What leaving a Slurm node out does: no later step goes there; with --slurm-drain the
     node is drained with the reason (where this user may), else the admin's command is
     printed."""
@@ -165,45 +189,48 @@ def slurm_left_out(args: argparse.Namespace, srun: SrunSession) -> Callable[[str
         if args.slurm_drain:
             problem = drain_left_out(host, why)
             if problem is None:
-                note(printable(f"clusterkit: {host} drained"))
+                note(env, printable(f"clusterkit: {host} drained"))
                 return
-            note(printable(f"clusterkit: {host} not drained: {problem}"))
-        note(printable(f"clusterkit: for an admin, to drain it: {drain_command(host, why)}"))
+            note(env, printable(f"clusterkit: {host} not drained: {problem}"))
+        note(env, printable(f"clusterkit: for an admin, to drain it: {drain_command(host, why)}"))
 
     return left_out
 
 
-def record_run(args: argparse.Namespace, gate: Gate, attempts: Attempts) -> None:
+def record_run(args: argparse.Namespace, env: Environment, gate: Gate, attempts: Attempts) -> None:
     """The incidents: in the JSON report (--check-output), as a trace for `clusterkit cost`
     (--trace), and the measured restart cost in the form `cost --restart-min` takes."""
     minutes = restart_minutes(attempts.incidents)
     if attempts.incidents:
         note(
+            env,
             f"clusterkit: {counted(len(attempts.incidents), 'incident')}, "
             f"{counted(attempts.attempt + 1, 'attempt')}"
-            + (f"; left out: {', '.join(attempts.pool.excluded)}" if attempts.pool.excluded else "")
+            + (
+                f"; left out: {', '.join(attempts.pool.excluded)}" if attempts.pool.excluded else ""
+            ),
         )
     if minutes is not None:
-        note(f"clusterkit: measured restart overhead: cost --restart-min {minutes:.2f}")
+        note(env, f"clusterkit: measured restart overhead: cost --restart-min {minutes:.2f}")
     if args.trace:
         hours = (time.monotonic() - attempts.started) / 3600
         text = trace_text(attempts.incidents, len(attempts.pool.active), hours)
         try:
             write_whole(args.trace, text.encode())
         except OSError as error:
-            note(printable(f"clusterkit: --trace {args.trace}: not written: {error}"))
+            note(env, printable(f"clusterkit: --trace {args.trace}: not written: {error}"))
     if args.check_output and gate.session is not None:
         gate.session.details["launch"] = attempts.details()
         report = build_report(gate.session, "launch", seconds=0.0, strict=args.strict)
-        emit(report, args.format, args.check_output, only_problems=args.only_problems)
+        emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
 
 
-def note(text: str) -> None:
+def note(env: Environment, text: str) -> None:
     """clusterkit's own line on stderr; it may quote the job (last lines): secrets redacted."""
-    print(redact_text(text), file=sys.stderr, flush=True)
+    print(redact_text(text), file=env.stderr, flush=True)
 
 
-def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
+def supervise_options(args: argparse.Namespace, env: Environment) -> SuperviseOptions:
     log_dir = open_folder("--log-dir", args.log_dir) if args.log_dir else None
     return SuperviseOptions(
         hang_timeout=args.hang_timeout,
@@ -212,7 +239,7 @@ def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
         stacks=args.stacks,
         time_limit=args.time_limit,
         log_dir=log_dir,
-        note=note,
+        note=partial(note, env),
     )
 
 
@@ -220,50 +247,60 @@ def supervise_options(args: argparse.Namespace) -> SuperviseOptions:
 
 
 def open_gate(
-    args: argparse.Namespace, inventory: Inventory, target: SlurmTarget | None = None
+    args: argparse.Namespace,
+    env: Environment,
+    inventory: Inventory,
+    target: SlurmTarget | None = None,
 ) -> Gate:
     if args.check_report:
-        return report_gate(args, inventory, target)
+        return report_gate(args, env, inventory, target)
     if args.no_check:
         if args.print or args.print_dir:
             note(
+                env,
                 "clusterkit: --no-check: planned WITHOUT checking the cluster: ranks per node "
                 "from --nproc-per-node, else expect.gpus_per_node; addresses as the inventory "
-                "writes them"
+                "writes them",
             )
             return Gate(ExitStatus.PASSED, "not checked")
-        note("clusterkit: --no-check: launching WITHOUT checking the cluster")
-        return connect_gate(args, inventory, "not checked", target)
-    return check_gate(args, inventory, target)
+        note(env, "clusterkit: --no-check: launching WITHOUT checking the cluster")
+        return connect_gate(args, env, inventory, "not checked", target)
+    return check_gate(args, env, inventory, target)
 
 
-def check_gate(args: argparse.Namespace, inventory: Inventory, target: SlurmTarget | None) -> Gate:
+def check_gate(
+    args: argparse.Namespace, env: Environment, inventory: Inventory, target: SlurmTarget | None
+) -> Gate:
     """The whole check, as `clusterkit check` runs it; connections stay open for the job."""
     started = time.monotonic()
-    with progress() as bar:
-        session = checked_session(args, inventory, bar, target)
+    with progress(env) as bar:
+        session = checked_session(args, env, inventory, bar, target)
     report = build_report(session, "launch", seconds=time.monotonic() - started, strict=args.strict)
     status = report.exit_status
     if status is not ExitStatus.PASSED or args.check_output:
-        emit(report, args.format, args.check_output, only_problems=args.only_problems)
+        emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
     if status is ExitStatus.PASSED and not session.unreachable:
-        note(f"clusterkit: check passed in {report.seconds:.1f} s")
+        note(env, f"clusterkit: check passed in {report.seconds:.1f} s")
     return Gate(status, "checked", session.facts, session.details, session)
 
 
 def connect_gate(
-    args: argparse.Namespace, inventory: Inventory, how: str, target: SlurmTarget | None
+    args: argparse.Namespace,
+    env: Environment,
+    inventory: Inventory,
+    how: str,
+    target: SlurmTarget | None,
 ) -> Gate:
     """Connections (every host, or nothing starts) and the probe's facts, no verdict."""
     session = Session(inventory, None, SessionOptions(forks=args.forks))
     try:
         connect, probe = slurm_stages(
-            args, target, [ConnectStage(connect_options(args)), ProbeStage(PROBE_SECONDS)]
+            args, target, [ConnectStage(connect_options(args, env)), ProbeStage(PROBE_SECONDS)]
         )
         run_stages(session, [connect])
         if session.unreachable:
             for name, error in session.unreachable.items():
-                note(f"clusterkit: {name}: {error.detail}")
+                note(env, f"clusterkit: {name}: {error.detail}")
             session.close()
             return Gate(ExitStatus.INCOMPLETE, how)
         run_stages(session, [probe])
@@ -273,7 +310,9 @@ def connect_gate(
     return Gate(ExitStatus.PASSED, how, session.facts, {}, session)
 
 
-def report_gate(args: argparse.Namespace, inventory: Inventory, target: SlurmTarget | None) -> Gate:
+def report_gate(
+    args: argparse.Namespace, env: Environment, inventory: Inventory, target: SlurmTarget | None
+) -> Gate:
     """A passing JSON report of `check` (or `launch`), young enough, naming these hosts."""
     path = Path(args.check_report)
     try:
@@ -285,14 +324,14 @@ def report_gate(args: argparse.Namespace, inventory: Inventory, target: SlurmTar
         raise UsageError(f"--check-report {path}: not a JSON report ({error})") from None
     problem = report_problem(report, age, args.max_age, [h.name for h in inventory.hosts])
     if problem:
-        note(f"clusterkit: --check-report {path}: {problem}: nothing was started")
+        note(env, f"clusterkit: --check-report {path}: {problem}: nothing was started")
         return Gate(ExitStatus.USAGE, f"report {path}")
-    note(f"clusterkit: reusing the check report {path} ({age:.0f} s old)")
+    note(env, f"clusterkit: reusing the check report {path} ({age:.0f} s old)")
     facts = {name: entry.get("facts") or {} for name, entry in report["hosts"].items()}
     details = dict(report.get("details") or {})
     if args.print or args.print_dir:
         return Gate(ExitStatus.PASSED, f"report {path}", facts, details)
-    gate = connect_gate(args, inventory, f"report {path}", target)
+    gate = connect_gate(args, env, inventory, f"report {path}", target)
     gate.facts, gate.details = facts, details
     return gate
 
@@ -409,7 +448,7 @@ def folder_error(flag: str, directory: str, error: OSError) -> str:
     return printable(f"{flag} {directory}: {detail}")
 
 
-def print_plan(plan: list[NodeLaunch], directory: str | None) -> None:
+def print_plan(plan: list[NodeLaunch], directory: str | None, stdout: TextIO) -> None:
     if directory:
         with open_folder("--print-dir", directory) as folder:
             try:
@@ -420,13 +459,13 @@ def print_plan(plan: list[NodeLaunch], directory: str | None) -> None:
                     folder.write(f"{node.host}.sh", script, 0o700)
             except OSError as error:
                 raise UsageError(folder_error("--print-dir", directory, error)) from None
-    sys.stdout.write(render_plan(plan, directory or "."))
+    stdout.write(render_plan(plan, directory or "."))
 
 
 # --- the job ------------------------------------------------------------------------------
 
 
-def report_outcome(outcome: JobOutcome, options: SuperviseOptions) -> None:
+def report_outcome(outcome: JobOutcome, options: SuperviseOptions, env: Environment) -> None:
     lines = [f"clusterkit: job {outcome.result} after {outcome.seconds:.1f} s: {outcome.message}"]
     first = outcome.first_failure
     if first is not None and first.last_lines:
@@ -444,9 +483,9 @@ def report_outcome(outcome: JobOutcome, options: SuperviseOptions) -> None:
             lines.append(f"clusterkit: malformed stack dump from {dropped}")
     lines.append(f"clusterkit: exit status {outcome.status}")
     text = "\n".join(printable(line) for line in lines)  # node text: one line each, inert
-    note(text)
+    note(env, text)
     if options.log_dir is not None:
         try:
             options.log_dir.write("outcome.txt", redact_text(text) + "\n")
         except OSError as error:
-            note(printable(f"clusterkit: --log-dir: outcome.txt not written: {error}"))
+            note(env, printable(f"clusterkit: --log-dir: outcome.txt not written: {error}"))

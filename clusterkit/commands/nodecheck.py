@@ -5,7 +5,6 @@ resumed once it passes (only when clusterkit drained it)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -15,6 +14,7 @@ from clusterkit.checks.gpu_health import drain_notes as gpu_drain_notes
 from clusterkit.checks.links import drain_notes as fabric_drain_notes
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.xid import drain_notes as xid_drain_notes
+from clusterkit.environment import Environment
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.probe.runner import DEFAULT_INTERPRETER, probe_host
@@ -32,13 +32,13 @@ from clusterkit.transport.local import LocalTransport
 PROBE_OPTIONS = {"no_torch_import": True}
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     started = time.monotonic()
     # The name reaches scontrol and the report: one node's, checked before either sees it.
     name = (
         check_node_name(args.node_name, "--node-name")
         if args.node_name
-        else drain.local_node_name()
+        else drain.local_node_name(env.environ)
     )
     settings, interpreter = (
         load_settings(args.settings) if args.settings else (ClusterSettings(), None)
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> ExitStatus:
     python = args.python or interpreter or DEFAULT_INTERPRETER
     findings: list[Finding] = []
     facts: dict[str, dict[str, Any]] = {}
-    transport = LocalTransport(name)
+    transport = LocalTransport(name, env=dict(env.environ))
     try:
         facts[name] = probe_host(transport, python, PROBE_OPTIONS, Deadline.after(args.timeout))
     except TransportError as error:
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> ExitStatus:
         )
         drain.apply(name, action)
         report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
-        print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=sys.stderr)
-    emit(report, args.format, args.output, only_problems=args.only_problems)
+        print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=env.stderr)
+    emit(report, args.format, args.output, env, only_problems=args.only_problems)
     return status
 
 

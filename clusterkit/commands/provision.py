@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory import load_inventory, select_hosts
 from clusterkit.provision.playbook import (
@@ -32,13 +32,13 @@ def split_tags(text: str | None, flag: str) -> tuple[str, ...]:
     return tags
 
 
-def plan(args: argparse.Namespace) -> PlaybookRun:
+def plan(args: argparse.Namespace, env: Environment) -> PlaybookRun:
     """The run the arguments ask for, after the same inventory checks `check` makes."""
     # ansible-playbook connects, not clusterkit: it runs the inventory's plugins and scripts
     # anyway, and honours become.
     inventory = load_inventory(args.inventory, for_ansible=True)
     for warning in inventory.warnings:
-        print(f"clusterkit: warning: {redact_text(warning)}", file=sys.stderr)
+        print(f"clusterkit: warning: {redact_text(warning)}", file=env.stderr)
     if args.limit:
         select_hosts(inventory, args.limit)  # a limit naming no host is an error, as in check
     extra = [item for value in args.extra_vars for item in ("-e", value)]
@@ -46,7 +46,7 @@ def plan(args: argparse.Namespace) -> PlaybookRun:
         extra.append("-" + "v" * args.verbose)
     return PlaybookRun(
         inventory=args.inventory,
-        playbook=find_playbook(),
+        playbook=find_playbook(env.environ),
         tags=split_tags(args.tags, "--tags"),
         skip_tags=split_tags(args.skip_tags, "--skip-tags"),
         limit=args.limit,
@@ -56,8 +56,8 @@ def plan(args: argparse.Namespace) -> PlaybookRun:
     )
 
 
-def run(args: argparse.Namespace) -> ExitStatus:
-    playbook_run = plan(args)
-    argv = build_argv(playbook_run, ansible_playbook())
-    status = run_playbook(argv, timeout=args.timeout)
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    playbook_run = plan(args, env)
+    argv = build_argv(playbook_run, ansible_playbook(env.environ))
+    status = run_playbook(argv, timeout=args.timeout, environ=env.environ)
     return ExitStatus.PASSED if status == 0 else ExitStatus.FAILED

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
@@ -96,16 +97,18 @@ def packaged_path() -> str:
     return str(resources.files("clusterkit.data").joinpath("prices.json"))
 
 
-def user_path() -> Path:
+def user_path(environ: Mapping[str, str] | None = None) -> Path:
     """What `clusterkit cost prices update` writes by default ($XDG_DATA_HOME or
-    ~/.local/share, then clusterkit/prices.json)."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    ~/.local/share, then clusterkit/prices.json), in `environ` (None: this process's)."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("HOME") or str(Path.home())
+    base = environ.get("XDG_DATA_HOME") or str(Path(home) / ".local" / "share")
     return Path(base) / "clusterkit" / "prices.json"
 
 
-def default_path() -> str:
+def default_path(environ: Mapping[str, str] | None = None) -> str:
     """The user catalog when one was written, else the packaged snapshot."""
-    user = user_path()
+    user = user_path(environ)
     return str(user) if user.is_file() else packaged_path()
 
 

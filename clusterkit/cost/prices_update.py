@@ -23,6 +23,7 @@ import math
 import os
 import tempfile
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -69,11 +70,13 @@ class Endpoints:
     azure: str = AZURE_PRICES_URL
 
     @classmethod
-    def from_env(cls, **given: str | None) -> Endpoints:
-        """Option over environment over the public default; each an http(s) URL."""
+    def from_env(cls, environ: Mapping[str, str] | None = None, **given: str | None) -> Endpoints:
+        """Option over environment (`environ`; None: this process's) over the public
+        default; each an http(s) URL."""
+        environ = os.environ if environ is None else environ
         values = {}
         for name, variable in ENV_URLS.items():
-            value = given.get(name) or os.environ.get(variable) or getattr(cls, name)
+            value = given.get(name) or environ.get(variable) or getattr(cls, name)
             problem = url_problem(value)
             if problem:
                 named = OPTIONS[name] if given.get(name) else variable
@@ -442,14 +445,16 @@ def _not_a_number(constant: str) -> Any:
     raise ValueError(f"{constant} is not a price (strict JSON has no NaN or Infinity)")
 
 
-def write_document(document: dict[str, Any], output: Path) -> None:
+def write_document(
+    document: dict[str, Any], output: Path, environ: Mapping[str, str] | None = None
+) -> None:
     """Strict JSON, written whole or not at all (a temporary file renamed over the target),
-    and never over the packaged snapshot."""
+    and never over the packaged snapshot (the hint names the default in `environ`)."""
     packaged = Path(price_catalog.packaged_path()).resolve()
     if output.resolve() == packaged:
         raise UsageError(
             f"--output {output}: that is the packaged catalog; write a user catalog instead",
-            hint=f"the default is {price_catalog.user_path()}",
+            hint=f"the default is {price_catalog.user_path(environ)}",
         )
     try:
         text = json.dumps(document, indent=1, allow_nan=False) + "\n"

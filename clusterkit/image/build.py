@@ -7,11 +7,13 @@ own message: never a green result with nothing built or pushed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import docker
 import docker.errors
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
 
 from clusterkit.errors import ConfigError, ExternalToolError
@@ -62,9 +64,11 @@ def build_image(
     no_cache: bool = False,
     quiet: bool = False,
     network: str = "host",
+    out: Console | None = None,
 ) -> Built:
+    """Build the spec's image; progress on `out` (None: this process's stderr)."""
     ensure_current(spec)
-    out = console()
+    out = console() if out is None else out
     progress = Progress(TextColumn("{task.description}"), BarColumn(), console=out)
     live = out.is_terminal and not quiet
     log = _BuildLog(references[0], progress, progress.add_task("build", total=None))
@@ -142,10 +146,19 @@ class _BuildLog:
             self.cached += 1
 
 
-def push_image(api: docker.APIClient, reference: str, *, quiet: bool = False) -> str:
-    """Push one repository:tag; return the manifest digest from the final aux chunk."""
+def push_image(
+    api: docker.APIClient,
+    reference: str,
+    *,
+    quiet: bool = False,
+    out: Console | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """Push one repository:tag; return the manifest digest from the final aux chunk.
+    Progress on `out` (None: this process's stderr); credentials from `environ` (None: this
+    process's)."""
     repository, _, tag = reference.rpartition(":")
-    out = console()
+    out = console() if out is None else out
     live = out.is_terminal and not quiet
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                         console=out)  # fmt: skip
@@ -154,7 +167,8 @@ def push_image(api: docker.APIClient, reference: str, *, quiet: bool = False) ->
     try:
         if live:
             progress.start()
-        stream = api.push(repository, tag=tag, stream=True, decode=True, auth_config=env_auth())
+        auth = env_auth(environ)
+        stream = api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth)
         for chunk in stream:
             error = chunk_error(chunk)
             if error:

@@ -1,4 +1,4 @@
-"""The `image` stage's verdicts: pure functions over what each node reported (image/node.py).
+"""The `image` stage's verdicts: pure functions over what each node reported (node/image.py).
 
 Every rank must run the same image with a driver that can run it and with runtime flags NCCL
 can live with. Identity accepts both image stores: with the classic store `Id` is the config

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import docker
 import docker.errors
@@ -30,12 +31,15 @@ class EngineUnavailable(StageError):
 
 
 def api_client(
-    timeout: int = API_TIMEOUT, connect_timeout: int = CONNECT_TIMEOUT
+    timeout: int = API_TIMEOUT,
+    connect_timeout: int = CONNECT_TIMEOUT,
+    environ: Mapping[str, str] | None = None,
 ) -> docker.APIClient:
-    """Engine from DOCKER_HOST (or the default socket), reached and pinged within
-    `connect_timeout`; only then are requests allowed `timeout` seconds. An engine that cannot
-    be reached is exit 3 (could not run), naming where it looked."""
-    options = kwargs_from_env()
+    """Engine from DOCKER_HOST in `environ` (None: this process's; or the default socket),
+    reached and pinged within `connect_timeout`; only then are requests allowed `timeout`
+    seconds. An engine that cannot be reached is exit 3 (could not run), naming where it
+    looked."""
+    options = kwargs_from_env(environment=None if environ is None else dict(environ))
     where = options.get("base_url") or "unix:///var/run/docker.sock"
     try:
         client = docker.APIClient(timeout=connect_timeout, version="auto", **options)
@@ -56,10 +60,12 @@ def docker_client(api: docker.APIClient) -> docker.DockerClient:
     return client
 
 
-def env_auth() -> dict[str, str] | None:
-    """Credentials from the environment; None lets the SDK use the Docker config."""
-    user = os.environ.get("CLUSTERKIT_REGISTRY_USERNAME")
-    password = os.environ.get("CLUSTERKIT_REGISTRY_PASSWORD")
+def env_auth(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """Credentials from the environment (None: this process's); None lets the SDK use the
+    Docker config."""
+    environ = os.environ if environ is None else environ
+    user = environ.get("CLUSTERKIT_REGISTRY_USERNAME")
+    password = environ.get("CLUSTERKIT_REGISTRY_PASSWORD")
     if user and password:
         return {"username": user, "password": password}
     return None
@@ -75,5 +81,6 @@ def chunk_error(chunk: dict[str, Any]) -> str | None:
     return None
 
 
-def console() -> Console:
-    return Console(file=sys.stderr, highlight=False)
+def console(stream: TextIO | None = None, environ: Mapping[str, str] | None = None) -> Console:
+    """Build and push progress on `stream` (None: this process's stderr)."""
+    return Console(file=stream or sys.stderr, highlight=False, _environ=environ)

@@ -17,6 +17,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clusterkit.errors import ConfigError, ExternalToolError, StageError
@@ -61,14 +62,18 @@ class Reference:
         return f"{scheme}://{self.registry}"
 
 
-def manifest_digest(reference: str, *, timeout: float = TIMEOUT) -> str:
-    """The digest the tag points to now (what `docker pull` would fetch)."""
+def manifest_digest(
+    reference: str, *, timeout: float = TIMEOUT, environ: Mapping[str, str] | None = None
+) -> str:
+    """The digest the tag points to now (what `docker pull` would fetch); credentials from
+    `environ` (None: this process's)."""
     ref = Reference.parse(reference)
     url = f"{ref.base_url}/v2/{ref.repository}/manifests/{urllib.parse.quote(ref.tag)}"
     headers = {"Accept": ACCEPT}
     response = _request("HEAD", url, headers, reference, timeout)
     if response.status == 401:
-        token = _token(response.headers.get("WWW-Authenticate", ""), reference, timeout)
+        challenge = response.headers.get("WWW-Authenticate", "")
+        token = _token(challenge, reference, timeout, os.environ if environ is None else environ)
         headers["Authorization"] = token
         response = _request("HEAD", url, headers, reference, timeout)
     _raise_for(response, reference)
@@ -120,12 +125,12 @@ def _raise_for(response: _Response, reference: str) -> None:
     raise ExternalToolError(f"{reference}: the registry answered HTTP {response.status}")
 
 
-def _token(challenge: str, reference: str, timeout: float) -> str:
+def _token(challenge: str, reference: str, timeout: float, environ: Mapping[str, str]) -> str:
     """The Authorization header the challenge asks for: a Bearer token from the realm
-    (anonymous unless credentials are set), or Basic credentials."""
+    (anonymous unless credentials are set in `environ`), or Basic credentials."""
     scheme = challenge.split(" ", 1)[0].lower()
-    user = os.environ.get("CLUSTERKIT_REGISTRY_USERNAME")
-    password = os.environ.get("CLUSTERKIT_REGISTRY_PASSWORD")
+    user = environ.get("CLUSTERKIT_REGISTRY_USERNAME")
+    password = environ.get("CLUSTERKIT_REGISTRY_PASSWORD")
     basic = (
         "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         if user and password

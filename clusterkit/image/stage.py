@@ -1,4 +1,5 @@
-"""The `image` stage of `check`: ship image/node.py to every host at once, apply the checks."""
+"""The `image` stage of `check`: ship clusterkit/node/image.py to every host at once, apply
+the checks."""
 
 from __future__ import annotations
 
@@ -10,16 +11,15 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.image.checks import STAGE, image_findings, rdma_findings
 from clusterkit.inventory.model import Inventory
-from clusterkit.nodescript.compose import node_script
-from clusterkit.nodescript.run import run_node_script
 from clusterkit.stages.base import StageResult
 from clusterkit.transport.base import Deadline
+from clusterkit.transport.nodescript import node_script, run_node_script
 from clusterkit.transport.pool import parallel
 
 if TYPE_CHECKING:
     from clusterkit.stages.session import Session
 
-NODE_SCRIPT = "clusterkit.image.node"
+NODE_SCRIPT = "image"  # clusterkit/node/image.py
 
 
 def _interpreter(inventory: Inventory, host: str) -> str:

@@ -10,7 +10,7 @@ import docker
 import docker.errors
 
 from clusterkit.errors import ExternalToolError
-from clusterkit.image.node import CONTAINER_PROBE
+from clusterkit.node.image import CONTAINER_PROBE
 
 MARK = "CLUSTERKIT-PROBE "
 

@@ -1,6 +1,6 @@
 """Run a launch plan on every node and watch it: output, first failure, hangs, stops.
 
-One node process per node (clusterkit/launch/node.py) over the node's transport. One thread
+One node process per node (clusterkit/node/launch.py) over the node's transport. One thread
 per node owns its process (send, read, finish) and turns what it reads into events; the
 calling thread takes the events in order, prints every rank's lines as `host/rank: ...`,
 keeps each rank's last lines, and decides:
@@ -36,13 +36,12 @@ from clusterkit.errors import TransportError
 from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
-from clusterkit.nodescript.compose import node_script
-from clusterkit.nodescript.run import shipment
 from clusterkit.report.escape import printable
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
 from clusterkit.safefiles import PrivateFolder
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
+from clusterkit.transport.nodescript import node_script, shipment
 
 START_SECONDS = 30.0  # the server starts the node process by then
 FAILURE_GRACE = 2.0  # after a node fails, how long the others may report their own failure
@@ -71,8 +70,8 @@ done
 
 
 def node_source() -> bytes:
-    """launch/node.py composed with the node-side prelude."""
-    return node_script("clusterkit.launch.node").encode()
+    """clusterkit/node/launch.py composed with the node-side prelude."""
+    return node_script("launch").encode()
 
 
 @dataclass

@@ -35,15 +35,15 @@ from clusterkit.net.plan import (
     listen_plans,
     subnets_of,
 )
-from clusterkit.nodescript import compose
-from clusterkit.nodescript.run import (
+from clusterkit.stages.base import StageResult
+from clusterkit.transport.base import Deadline, RemoteProcess, Transport
+from clusterkit.transport.nodescript import (
     ScriptFailure,
     decode_result,
     failure_of,
+    node_script,
     shipment,
 )
-from clusterkit.stages.base import StageResult
-from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
 if TYPE_CHECKING:
@@ -55,9 +55,9 @@ STOP_SECONDS = 3.0  # a node told to stop (or whose stdin closed) exits by then,
 MAX_ROUNDS = 3  # the mesh, the retest of the nodes it found failing, a cut that was none
 
 
-def node_script() -> bytes:
-    """net/node.py composed with the node-side prelude."""
-    return compose.node_script("clusterkit.net.node").encode()
+def node_source() -> bytes:
+    """clusterkit/node/net.py composed with the node-side prelude."""
+    return node_script("net").encode()
 
 
 class NodeSessions:
@@ -86,7 +86,7 @@ class NodeSessions:
     ) -> dict[str, dict[str, Any]]:
         """Start the node script everywhere and return each node's first report (facts).
         `wait`: how long a node waits for each answer, longer than any step lasts here."""
-        source = node_script()
+        source = node_source()
 
         def one(host: str) -> dict[str, Any]:
             argv, stdin = shipment(

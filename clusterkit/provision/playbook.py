@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,19 +43,20 @@ class PlaybookRun:
     extra: tuple[str, ...] = ()  # passed through verbatim (-e VARS, -v)
 
 
-def playbook_candidates() -> list[Path]:
-    """Where site.yml may live, in order: $CLUSTERKIT_PLAYBOOKS, inside the installed package
-    (package data), beside the package in a source checkout."""
+def playbook_candidates(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Where site.yml may live, in order: $CLUSTERKIT_PLAYBOOKS (in `environ`; None: this
+    process's), inside the installed package (package data), beside the package in a source
+    checkout."""
     package = Path(__file__).resolve().parent.parent  # the clusterkit package
     candidates = [package / "playbooks", package.parent / "playbooks"]
-    override = os.environ.get(PLAYBOOKS_ENV)
+    override = (os.environ if environ is None else environ).get(PLAYBOOKS_ENV)
     if override:
         candidates.insert(0, Path(override))
     return candidates
 
 
-def find_playbook() -> Path:
-    candidates = playbook_candidates()
+def find_playbook(environ: Mapping[str, str] | None = None) -> Path:
+    candidates = playbook_candidates(environ)
     for folder in candidates:
         if (folder / PLAYBOOK).is_file():
             return folder / PLAYBOOK
@@ -66,8 +67,10 @@ def find_playbook() -> Path:
     )
 
 
-def ansible_playbook() -> str:
-    path = shutil.which("ansible-playbook")
+def ansible_playbook(environ: Mapping[str, str] | None = None) -> str:
+    """ansible-playbook on the PATH of `environ` (None: this process's)."""
+    search = None if environ is None else environ.get("PATH", os.defpath)
+    path = shutil.which("ansible-playbook", path=search)
     if path is None:
         raise AnsibleMissing("ansible-playbook is not installed", hint=INSTALL_HINT)
     return path
@@ -108,8 +111,14 @@ def _release_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
-def run_playbook(argv: Sequence[str], timeout: float, cwd: Path | None = None) -> int:
-    """Run ansible-playbook with its output on our stdout/stderr; its exit code.
+def run_playbook(
+    argv: Sequence[str],
+    timeout: float,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run ansible-playbook in `environ` (None: this process's) with its output on our
+    stdout/stderr (the process's descriptors); its exit code.
 
     It gets its own process group: Ctrl-C or the deadline stop it and every ssh it started.
     """
@@ -121,6 +130,7 @@ def run_playbook(argv: Sequence[str], timeout: float, cwd: Path | None = None) -
         process = subprocess.Popen(
             list(argv),
             cwd=cwd,
+            env=None if environ is None else dict(environ),
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=_release_stop_signals,

@@ -8,16 +8,19 @@ import io
 import os
 import secrets
 import stat
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from clusterkit.errors import UsageError
 from clusterkit.redact import redact
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
-from clusterkit.report.terminal import is_terminal, wants_color
+from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain, render_rich
+
+if TYPE_CHECKING:
+    from clusterkit.environment import Environment
 
 __all__ = ["Report", "emit", "ensure_writable", "verdict_status"]
 
@@ -40,9 +43,11 @@ def ensure_writable(path: str, flag: str) -> None:
         target.unlink(missing_ok=True)
 
 
-def emit(report: Report, fmt: str, output: str | None, *, only_problems: bool = False) -> None:
-    """Write the report to --output (or stdout); rich tables only on an interactive terminal,
-    colour where wanted (NO_COLOR, FORCE_COLOR pick the colour, never the layout).
+def emit(
+    report: Report, fmt: str, output: str | None, env: Environment, *, only_problems: bool = False
+) -> None:
+    """Write the report to --output (or `env`'s stdout); rich tables only on an interactive
+    terminal, colour where wanted (NO_COLOR, FORCE_COLOR pick the colour, never the layout).
     `only_problems` shortens the text report only: JSON and JUnit stay complete.
     Secret-looking values are redacted first, whatever the format or destination."""
     report = redacted(report)
@@ -65,14 +70,17 @@ def emit(report: Report, fmt: str, output: str | None, *, only_problems: bool = 
                 + ("; the previous report is left as it was" if Path(output).exists() else "")
             ) from None
         if fmt != "text":  # still give the person at the terminal the verdict
-            render_plain_summary(report)
+            render_plain_summary(report, env.stderr)
         return
+    color = wants_color(env.environ, env.stdout_isatty)
     if text is not None:
-        sys.stdout.write(text)
-    elif is_terminal(sys.stdout):
-        render_rich(report, sys.stdout, color=wants_color(sys.stdout), only_problems=only_problems)
+        env.stdout.write(text)
+    elif env.stdout_isatty:
+        render_rich(
+            report, env.stdout, color=color, only_problems=only_problems, environ=env.environ
+        )
     else:
-        render_plain(report, sys.stdout, color=wants_color(sys.stdout), only_problems=only_problems)
+        render_plain(report, env.stdout, color=color, only_problems=only_problems)
 
 
 def write_whole(path: str, data: bytes) -> None:
@@ -128,7 +136,7 @@ def redacted(report: Report) -> Report:
     )
 
 
-def render_plain_summary(report: Report) -> None:
+def render_plain_summary(report: Report, stream: TextIO) -> None:
     from clusterkit.report.text import _summary
 
-    print(_summary(report), file=sys.stderr)
+    print(_summary(report), file=stream)

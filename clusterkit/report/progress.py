@@ -7,16 +7,17 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
+    from clusterkit.environment import Environment
+
 from clusterkit.redact import redact_text
 from clusterkit.report.escape import printable
-from clusterkit.report.terminal import is_terminal
 from clusterkit.words import counted
 
 
@@ -70,7 +71,15 @@ class PhaseLog:
 
 
 class Progress:
-    def __init__(self, enabled: bool, log: IO[str] | None = None) -> None:
+    """A live bar (`enabled`) on `log` (None: this process's stderr), or phase lines on `log`;
+    `environ` (None: this process's) describes the terminal to rich."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        log: IO[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._bar = None
         self._task: TaskID | None = None
@@ -86,7 +95,7 @@ class Progress:
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[last]}", style="dim"),
                 TimeElapsedColumn(),
-                console=Console(file=sys.stderr),
+                console=Console(file=log or sys.stderr, _environ=environ),
                 transient=True,
             )
 
@@ -122,11 +131,9 @@ class Progress:
 
 
 @contextmanager
-def progress(enabled: bool | None = None) -> Iterator[Progress]:
-    """A live bar when stderr is a terminal, else phase lines on stderr."""
-    if enabled is None:
-        enabled = is_terminal(sys.stderr)
-    bar = Progress(enabled, log=sys.stderr)
+def progress(env: Environment) -> Iterator[Progress]:
+    """A live bar when `env`'s stderr is a terminal, else phase lines on it."""
+    bar = Progress(env.stderr_isatty, log=env.stderr, environ=env.environ)
     try:
         if bar._bar is None:
             yield bar

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import IO
 
 from clusterkit.checks.model import Finding, Status
@@ -168,15 +169,25 @@ def render_plain(
 
 
 def render_rich(
-    report: Report, stream: IO[str], *, color: bool = True, only_problems: bool = False
+    report: Report,
+    stream: IO[str],
+    *,
+    color: bool = True,
+    only_problems: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Tables for a terminal; `color` (NO_COLOR, FORCE_COLOR) changes the colour only."""
+    """Tables for a terminal; `color` (NO_COLOR, FORCE_COLOR) changes the colour only.
+    `environ` (TERM, COLUMNS: None, this process's) is the terminal's description."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     console = Console(
-        file=stream, highlight=False, force_terminal=True, color_system="auto" if color else None
+        file=stream,
+        highlight=False,
+        force_terminal=True,
+        color_system="auto" if color else None,
+        _environ=environ,
     )
     total = len(report.hosts)
     hosts = Table(title="hosts", title_justify="left", show_edge=False, pad_edge=False)

@@ -13,11 +13,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from clusterkit.bench.worker import parse_size
 from clusterkit.cost.rates import ADVISOR_BUCKETS
 from clusterkit.cost.scenario import HAZARDS, Hazard
 from clusterkit.errors import UsageError
 from clusterkit.inventory.yamlfile import is_template
+from clusterkit.node.bench_worker import parse_size
 from clusterkit.versions import Constraint
 
 

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, NoReturn, TypeVar
 
-from clusterkit.bench.worker import COLLECTIVES, DTYPES, parse_size
 from clusterkit.errors import InventoryError
 from clusterkit.inventory.graph import Origin
 from clusterkit.inventory.model import (
@@ -29,6 +28,7 @@ from clusterkit.inventory.model import (
     SlurmSettings,
 )
 from clusterkit.inventory.yamlfile import LineMap
+from clusterkit.node.bench_worker import COLLECTIVES, DTYPES, parse_size
 from clusterkit.settings.rules import (
     PORT,
     Invalid,

@@ -153,7 +153,7 @@ def load_settings(path: str) -> tuple[ClusterSettings, str | None]:
 
 
 def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
-    tool = shutil.which(argv[0])
+    tool = shutil.which(argv[0], path=env.get("PATH"))  # no PATH there: this process's
     if tool is None:
         raise UsageError(f"{what}: {argv[0]} not found (install the Slurm client tools)")
     try:
@@ -193,7 +193,7 @@ def node_addresses(names: list[str], env: Mapping[str, str]) -> dict[str, str]:
     """NodeName -> NodeAddr from `scontrol show node` (SSH goes there); {} when unknown.
     Many names are not put in scontrol's argv (Linux refuses one argument over 128 KiB):
     then every node is listed and only ours kept."""
-    if shutil.which("scontrol") is None:
+    if shutil.which("scontrol", path=env.get("PATH")) is None:
         return {}
     joined = ",".join(names)
     which = [joined] if len(joined) <= NAMES_IN_ARGV else []

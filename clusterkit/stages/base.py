@@ -28,7 +28,7 @@ class Stage(ABC):
     The class says when and how the stage runs (name, gating, concurrency, bound); `run`
     hands the session and the stage's bound to one entry point of the package that does the
     work, `run_<name>_stage(session, deadline, ...) -> StageResult` (net/stage.py,
-    image/stage.py, probe/shared.py, bench/stage.py), or does the work itself where it is a
+    image/stage.py, storage/stage.py, bench/stage.py), or does the work itself where it is a
     few lines over shared parts (connect, probe, static, dcgm, launch).
 
     The runner (not the stage) records the outcome: it stamps `name` onto every finding,

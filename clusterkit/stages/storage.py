@@ -1,5 +1,5 @@
 """Stage `storage`: the folders the job shares (`clusterkit.shared_paths`) really shared:
-a token written on the master read back on every node (probe/shared.py)."""
+a token written on the master read back on every node (storage/stage.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,6 @@ class StorageStage(Stage):
         return why
 
     def run(self, session: Session) -> StageResult:
-        from clusterkit.probe.shared import run_storage_stage
+        from clusterkit.storage.stage import run_storage_stage
 
         return run_storage_stage(session, session.bounded(self.seconds))

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import paramiko
 
@@ -61,7 +62,8 @@ class Connections:
 def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig) -> Transport:
     """Connect to one host (through its jump hosts), or raise a classified TransportError."""
     if host.is_local and not host.problem:
-        return LocalTransport(host.name)
+        environ = dict(options.environ) if options.environ is not None else None
+        return LocalTransport(host.name, env=environ)
     endpoint = resolve_endpoint(host, options, config)  # refuses a host with a problem
     deadline = Deadline.after(endpoint.timeout)
     hops: list[paramiko.SSHClient] = []
@@ -69,9 +71,9 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
     try:
         sock = _proxy_command(endpoint) if endpoint.proxy_command else None
         for hop in endpoint.jumps:
-            hops.append(_open_hop(hop, deadline, sock))
+            hops.append(_open_hop(hop, deadline, sock, options.warnings))
             sock = _tunnel(hops[-1], hop, _next(endpoint, hop), deadline)
-        client = open_client(endpoint, _verifier(endpoint), deadline, sock)
+        client = open_client(endpoint, _verifier(endpoint, options.warnings), deadline, sock)
     except BaseException:
         for opened in reversed(hops):
             opened.close()
@@ -82,12 +84,15 @@ def connect_host(host: Host, options: ConnectOptions, config: paramiko.SSHConfig
 
 
 def _open_hop(
-    hop: Endpoint, deadline: Deadline, sock: paramiko.ProxyCommand | paramiko.Channel | None
+    hop: Endpoint,
+    deadline: Deadline,
+    sock: paramiko.ProxyCommand | paramiko.Channel | None,
+    warnings: TextIO | None,
 ) -> paramiko.SSHClient:
     """Connect to a jump host. One that does not resolve or has no route is the bastion's
     problem: the hint names it and where ProxyJump is set, not the node's ansible_host."""
     try:
-        return open_client(hop, _verifier(hop), deadline, sock)
+        return open_client(hop, _verifier(hop, warnings), deadline, sock)
     except TransportError as error:
         if error.kind != "unreachable":
             raise
@@ -189,7 +194,7 @@ _verifiers: dict[tuple[str, tuple[str, ...]], HostKeyVerifier] = {}
 _verifiers_lock = threading.Lock()
 
 
-def _verifier(endpoint: Endpoint) -> HostKeyVerifier:
+def _verifier(endpoint: Endpoint, warnings: TextIO | None) -> HostKeyVerifier:
     """One verifier per (policy, files): known_hosts is read once per run, not per host.
     Hosts connect in parallel: without the lock two of them could each make one, and the
     notices (a changed key under policy off) of the one replaced would be lost."""
@@ -198,7 +203,7 @@ def _verifier(endpoint: Endpoint) -> HostKeyVerifier:
         verifier = _verifiers.get(key)
         if verifier is None:
             verifier = _verifiers[key] = HostKeyVerifier(
-                endpoint.policy, list(endpoint.known_hosts)
+                endpoint.policy, list(endpoint.known_hosts), warnings
             )
         return verifier
 

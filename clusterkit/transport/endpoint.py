@@ -13,10 +13,10 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import paramiko
 
@@ -37,6 +37,10 @@ class ConnectOptions:
     ssh_config: str | None = None  # None: ~/.ssh/config when it exists
     connect_timeout: float | None = None
     forks: int | None = None  # hosts connected at once; None: all of them
+    # This machine's side of the run: the variables a local host's commands get, and where
+    # host key warnings go (None: this process's own).
+    environ: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    warnings: TextIO | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TextIO
 
 import paramiko
 
@@ -150,10 +151,13 @@ _warned_off = False
 class HostKeyVerifier:
     """Checks a server's key against known_hosts according to the policy."""
 
-    def __init__(self, policy: str, known_hosts_files: list[str]) -> None:
+    def __init__(
+        self, policy: str, known_hosts_files: list[str], warnings: TextIO | None = None
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
         self.policy = policy
+        self.warnings = warnings  # where the run's warnings go; None: this process's stderr
         self.files = [str(Path(f).expanduser()) for f in known_hosts_files]
         self.keys = load_known_hosts(self.files)
         # (host, what) for keys accepted only because checking is off: reported, not hidden.
@@ -243,11 +247,10 @@ class HostKeyVerifier:
             self.notices.append((host, what))
         print(
             f"clusterkit: WARNING: {host}: {what}; accepted because host key checking is off",
-            file=sys.stderr,
+            file=self.warnings or sys.stderr,
         )
 
-    @staticmethod
-    def _warn_off() -> None:
+    def _warn_off(self) -> None:
         global _warned_off
         with _append_lock:
             if _warned_off:
@@ -256,5 +259,5 @@ class HostKeyVerifier:
         print(
             "clusterkit: WARNING: host key checking is OFF: any machine can impersonate "
             "these nodes",
-            file=sys.stderr,
+            file=self.warnings or sys.stderr,
         )

@@ -1,7 +1,7 @@
 """srun transport: inside a Slurm allocation, one job step per phase carries every node.
 
 A phase (probe, network, bench) opens ONE step, `srun --nodes N --ntasks-per-node 1
---overlap`, running clusterkit/slurm/relay.py on every node; each per-host SrunTransport
+--overlap`, running clusterkit/node/srun_relay.py on every node; each per-host SrunTransport
 then starts its command through that step (its stdin lines are addressed to its node, its
 output comes back framed), so stages use the same run/start contract as over SSH and no SSH
 key is needed. srun merges what every node prints: a line is credited to the node that
@@ -38,7 +38,7 @@ from clusterkit.transport.base import (
     PumpedProcess,
     Transport,
 )
-from clusterkit.transport.compose import node_script
+from clusterkit.transport.nodescript import node_script
 from clusterkit.transport.pool import register_cancellable
 
 STEP_SECONDS = 600.0  # a phase opened without a deadline of its own
@@ -58,8 +58,8 @@ class StepLost(Exception):
 
 
 def relay_source() -> str:
-    """slurm/relay.py composed with the node-side prelude (sent as `-c`)."""
-    return node_script("clusterkit.slurm.relay")
+    """clusterkit/node/srun_relay.py composed with the node-side prelude (sent as `-c`)."""
+    return node_script("srun_relay")
 
 
 def _b64(data: bytes) -> str:

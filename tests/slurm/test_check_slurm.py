@@ -93,12 +93,14 @@ SLURM_OWN = ("slurmd ", "slurmstepd", "sleep infinity", "/bin/sh /")
 
 
 def left_behind(slurm: SlurmCluster) -> list[str]:
-    """Every process on the nodes that is not Slurm's own or the test's allocation."""
+    """Every process on the nodes that is not Slurm's own or the test's allocation. A
+    process with no command line has exited and waits only for its parent to reap it
+    (a zombie), so it is not left running."""
     return [
         f"{node.name}: {p.command[:100]}"
         for node in slurm.net.nodes
         for p in node.processes()
-        if not " ".join(p.argv).startswith(SLURM_OWN)
+        if p.argv and not " ".join(p.argv).startswith(SLURM_OWN)
     ]
 
 

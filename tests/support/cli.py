@@ -1,26 +1,28 @@
 """Run the clusterkit CLI in this process, as a user would run it, and capture what it says.
 
 `run_cli(argv)` goes through the same entry point as the `clusterkit` script
-(`clusterkit.__main__.main`: parsing, dispatch, the error-to-exit-status mapping), with
-stdout and stderr captured and, for the call only, another working directory or environment.
-A test that needs the process boundary itself (signals, Ctrl-C, the installed script,
-packaging) starts a subprocess instead.
+(`clusterkit.__main__.main`: parsing, dispatch, the error-to-exit-status mapping) with an
+`Environment` of its own: strings for stdin, stdout and stderr, a copy of this process's
+variables (or `env`), and a working directory (`cwd`). Nothing of the test process is
+patched, so tests may run it side by side. A test that needs the process boundary itself
+(signals, Ctrl-C, the installed script, a closed or full stdout) starts a subprocess instead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
-import signal
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from clusterkit.environment import Environment
+
 
 class CliTimeout(BaseException):
-    """The run outlived the test's bound: a hang (not an Exception, so no handler in the code
-    under test mistakes it for a host's failure)."""
+    """The run outlived the test's bound: a hang (not an Exception, so no handler in the test
+    mistakes it for an ordinary failure)."""
 
 
 class CliRun(NamedTuple):
@@ -29,41 +31,29 @@ class CliRun(NamedTuple):
     stderr: str
 
 
-@contextlib.contextmanager
-def _bounded(seconds: float | None) -> Iterator[None]:
-    """Raise CliTimeout in this (the main) thread after `seconds`, wherever the run waits."""
-    if not seconds:
-        yield
-        return
+def cli_environment(
+    *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> Environment:
+    """An environment with string streams (not terminals): `env` for variables (default: a
+    copy of this process's), `cwd` for the working directory (default: this process's)."""
+    return Environment(
+        stdin=io.StringIO(),
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+        environ=dict(os.environ if env is None else env),
+        cwd=Path.cwd() if cwd is None else Path(cwd).absolute(),
+    )
 
-    def expired(signum: int, frame: object) -> None:
-        raise CliTimeout(f"clusterkit did not return within {seconds:g} s")
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+def _status(argv: list[str], environment: Environment) -> int:
+    """main's exit status; --help and --version (argparse's own exit) give theirs too."""
+    from clusterkit.__main__ import main
+
     try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def _environment(cwd: Path | str | None, env: Mapping[str, str] | None) -> Iterator[None]:
-    before_cwd = os.getcwd()
-    before_env = dict(os.environ)
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        yield
-    finally:
-        os.chdir(before_cwd)
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(before_env)
+        return int(main(argv, environment))
+    except SystemExit as done:
+        code = done.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
 
 
 def run_cli(
@@ -73,21 +63,28 @@ def run_cli(
     env: Mapping[str, str] | None = None,
     timeout: float | None = 120.0,
 ) -> CliRun:
-    """(exit status, stdout, stderr) of `clusterkit ARGV`. `env` replaces the environment
-    for the call; --help and --version (argparse's own exit) give their status too. A run
-    past `timeout` raises CliTimeout: a hang fails the test instead of stalling the suite."""
-    from clusterkit.__main__ import main
+    """(exit status, stdout, stderr) of `clusterkit ARGV` run in `cwd` with the variables
+    `env` (default: this process's). A run past `timeout` raises CliTimeout, so a hang fails
+    the test instead of stalling the suite: the run goes on in a thread of its own, which is
+    left behind (a daemon) when it hangs."""
+    environment = cli_environment(cwd=cwd, env=env)
+    words = [str(arg) for arg in argv]
+    outcome: dict[str, int | BaseException] = {}
 
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        _bounded(timeout),
-        _environment(cwd, env),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-    ):
+    def run() -> None:
         try:
-            status = main([str(arg) for arg in argv])
-        except SystemExit as done:
-            code = done.code
-            status = code if isinstance(code, int) else (0 if code is None else 2)
-    return CliRun(int(status), out.getvalue(), err.getvalue())
+            outcome["status"] = _status(words, environment)
+        except BaseException as error:  # handed to the test's thread, raised there
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="clusterkit-cli", daemon=True)
+    thread.start()
+    thread.join(timeout or None)
+    if thread.is_alive():
+        raise CliTimeout(f"clusterkit did not return within {timeout:g} s")
+    error = outcome.get("error")
+    if isinstance(error, BaseException):
+        raise error
+    stdout, stderr = environment.stdout, environment.stderr
+    assert isinstance(stdout, io.StringIO) and isinstance(stderr, io.StringIO)
+    return CliRun(int(outcome["status"]), stdout.getvalue(), stderr.getvalue())

@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from clusterkit.probe.collector import BASE_GPU_FIELDS, COMPUTE_APPS_QUERY, GPU_FIELDS
+from clusterkit.node.collector import BASE_GPU_FIELDS, COMPUTE_APPS_QUERY, GPU_FIELDS
 
 STATE_DIR = Path("/run/netcluster")
 SUBNET_PREFIX = "10.213"
@@ -68,7 +68,7 @@ HEALTHY_KERNEL_LOG = (
     "nvidia-nvswitch: Probing device 0000:05:00.0, Vendor Id = 0x10de, Device Id = 0x22a3",
     "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode.",
 )
-# The probe's nvidia-smi invocations (clusterkit/probe/collector.py), answered from
+# The probe's nvidia-smi invocations (clusterkit/node/collector.py), answered from
 # pre-rendered output in normal mode.
 PROBE_NVIDIA_SMI_CALLS = {
     "banner": [],

@@ -8,7 +8,8 @@ import pytest
 from clusterkit.bench import gate
 from clusterkit.bench.attribution import collective_findings
 from clusterkit.bench.nccltests import format_tables, parse_table
-from clusterkit.bench.worker import (
+from clusterkit.checks.model import Status
+from clusterkit.node.bench_worker import (
     _average_busbw,
     bandwidths,
     bus_factor,
@@ -16,7 +17,6 @@ from clusterkit.bench.worker import (
     row_shape,
     summarise,
 )
-from clusterkit.checks.model import Status
 
 
 def test_bus_factors_are_nccl_tests() -> None:

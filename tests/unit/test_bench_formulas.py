@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.bench.worker import (
+from clusterkit.node.bench_worker import (
     _parse_barrier_failure,
     bandwidths,
     bus_factor,

@@ -9,8 +9,8 @@ import pytest
 
 from clusterkit.bench import gate
 from clusterkit.bench.attribution import NodeRun, failure_findings, read_node, split_nccl_logs
-from clusterkit.bench.worker import summarise
 from clusterkit.checks.model import Status
+from clusterkit.node.bench_worker import summarise
 from clusterkit.transport.base import CommandResult, Deadline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -21,7 +21,7 @@ from clusterkit.bench.nccltests import parse_table
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).resolve().parents[2] / "clusterkit" / "bench" / "worker.py"
+WORKER = Path(__file__).resolve().parents[2] / "clusterkit" / "node" / "bench_worker.py"
 
 
 def _free_port() -> int:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import TransportError
-from clusterkit.launch import node as launch_node
-from clusterkit.nodescript import prelude
+from clusterkit.node import launch as launch_node
+from clusterkit.node import prelude
 from clusterkit.transport import srun
 from clusterkit.transport.base import Deadline
 

@@ -3,6 +3,7 @@ that is closed or full, and SIGTERM/SIGHUP handled like Ctrl-C."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from clusterkit import cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_STATIC = ["check", "--skip", "network", "--skip", "bench,image"]
@@ -38,16 +40,12 @@ def test_an_unwritable_output_is_refused_before_any_host_is_contacted(tmp_path: 
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"n1": {"ansible_host": "192.0.2.1"}}}}))
     for flag, path in (("-o", tmp_path / "missing" / "r.json"), ("-o", tmp_path)):
         started = time.monotonic()
-        process = clusterkit(
-            "check", str(inventory), "--connect-timeout", "60", flag, str(path),
-            stdout=subprocess.PIPE,
-        )  # fmt: skip
-        stdout, stderr = process.communicate(timeout=60)
-        assert process.returncode == 2, stderr
+        done = run_cli(["check", inventory, "--connect-timeout", "60", flag, path], timeout=60)
+        assert done.status == 2, done.stderr
         assert time.monotonic() - started < 30
-        assert stderr.strip() == stderr.strip().splitlines()[0]
-        assert stderr.startswith(f"clusterkit: error: {flag} {path}: cannot write the report")
-        assert not stdout
+        assert done.stderr.strip() == done.stderr.strip().splitlines()[0]
+        assert done.stderr.startswith(f"clusterkit: error: {flag} {path}: cannot write the report")
+        assert not done.stdout
     assert not (tmp_path / "missing").exists()
 
 
@@ -64,9 +62,9 @@ def test_a_new_output_file_is_not_left_behind_by_the_early_check(tmp_path: Path)
 
 @pytest.mark.parametrize("args", [["check", "--skip", "nope"], ["bench", "-b", "2x"], []])
 def test_errors_carry_the_clusterkit_prefix_once(args: list[str]) -> None:
-    process = clusterkit(*args, stdout=subprocess.PIPE)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 2
+    done = run_cli(args, cwd=REPO)
+    stderr = done.stderr
+    assert done.status == 2
     assert stderr.count("clusterkit") == 1 + stderr.count("`clusterkit"), stderr
     assert stderr.startswith("clusterkit: error: ") and len(stderr.splitlines()) == 1
 
@@ -145,11 +143,12 @@ def test_provision_stops_ansible_on_sigterm_and_sighup(
     assert not any(_alive(pid) for pid in pids), "ansible-playbook outlived clusterkit"
 
 
-def test_an_error_message_is_always_one_line(capsys) -> None:
+def test_an_error_message_is_always_one_line() -> None:
     from clusterkit.__main__ import _print_error
 
-    _print_error("node3: probe failed: Traceback\nverdict: PASS\x1b[2J")
-    err = capsys.readouterr().err
+    stream = io.StringIO()
+    _print_error("node3: probe failed: Traceback\nverdict: PASS\x1b[2J", stream)
+    err = stream.getvalue()
     assert err == "clusterkit: error: node3: probe failed: Traceback\\nverdict: PASS\\x1b[2J\n"
 
 

@@ -14,7 +14,7 @@ import pytest
 from clusterkit import framing
 from clusterkit.checks.health import CLOCK_FAIL_SECONDS, CLOCK_WARN_SECONDS, clock_problem
 from clusterkit.checks.model import Status
-from clusterkit.probe.collector import parse_chronyc_tracking
+from clusterkit.node.collector import parse_chronyc_tracking
 from tests.support.nodescripts import write_composed
 from tests.unit.test_checks import healthy, run
 
@@ -95,7 +95,7 @@ def test_the_probe_reads_chronyc_7200_s_fast(tmp_path: Path) -> None:
     tool.write_text(f"#!/bin/sh\ncat '{CHRONYC / 'tracking-7200s-fast.txt'}'\n")
     tool.chmod(0o755)
     done = subprocess.run(
-        [sys.executable, "-S", str(write_composed("clusterkit.probe.collector", tmp_path))],
+        [sys.executable, "-S", str(write_composed("collector", tmp_path))],
         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, capture_output=True, timeout=60,
         check=True,
     )  # fmt: skip

@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -24,6 +22,7 @@ import pytest
 
 from clusterkit.cost import catalog
 from clusterkit.cost.fetch import MAX_DOCUMENT_BYTES
+from tests.support.cli import CliRun, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 INDEX = "/aws/offers/v1.0/aws/AmazonEC2/current/region_index.json"
@@ -115,18 +114,14 @@ def server() -> Iterator[type[_Server]]:
     httpd.server_close()
 
 
-def update(server: type[_Server], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def update(server: type[_Server], *args: str, timeout: float = 60) -> CliRun:
     flags = ["--aws-url", server.base + "/aws", "--spot-advisor-url", server.base + ADVISOR,
              "--azure-url", server.base + AZURE, "--region", "us-east-1"]  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", "cost", "prices", "update", *flags, *args],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
-        env=dict(os.environ),
-    )  # fmt: skip
+    return run_cli(["cost", "prices", "update", *flags, *args], cwd=REPO, timeout=timeout)
 
 
-def one_line_error(done: subprocess.CompletedProcess, status: int = 3) -> str:
-    assert done.returncode == status, done.stderr
+def one_line_error(done: CliRun, status: int = 3) -> str:
+    assert done.status == status, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     return done.stderr
 
@@ -154,7 +149,7 @@ def test_bad_prices_leave_the_rows_as_they_were_with_a_warning(server, tmp_path:
     server.routes[OFFER] = body(json.dumps(aws_offer("NaN")))
     out = tmp_path / "prices.json"
     done = update(server, "-o", str(out))
-    assert done.returncode == 0, done.stderr
+    assert done.status == 0, done.stderr
     rows = {(r["instance"], r["region"]): r for r in strict(out)["instances"]}
     packaged = json.loads(Path(catalog.packaged_path()).read_text())["instances"]
     for old in packaged:
@@ -187,7 +182,7 @@ def test_a_good_update_leaves_no_temporary_file(server, tmp_path: Path):
     out = tmp_path / "prices.json"
     out.write_text("old")
     done = update(server, "-o", str(out))
-    assert done.returncode == 0, done.stderr
+    assert done.status == 0, done.stderr
     assert strict(out)["instances"] and os.listdir(tmp_path) == ["prices.json"]
 
 
@@ -219,7 +214,7 @@ def test_a_next_page_on_the_same_origin_is_followed(server, tmp_path: Path):
     server.routes["/page2"] = page([azure_item("eastus", 18.0, spot=True)])
     out = tmp_path / "p.json"
     done = update(server, "--provider", "azure", "-o", str(out))
-    assert done.returncode == 0, done.stderr
+    assert done.status == 0, done.stderr
     rows = {(r["instance"], r["region"]): r for r in strict(out)["instances"]}
     assert rows[("ND96isr_H100_v5", "eastus")]["spot"] == 18.0
 

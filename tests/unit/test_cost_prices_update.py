@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.cost import catalog
+from tests.support.cli import CliRun, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "prices"
@@ -75,12 +74,9 @@ def server() -> Iterator[type[_Handler]]:
     httpd.server_close()
 
 
-def update(*args: str, env: dict[str, str] | None = None, timeout: float = 60):
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", "cost", "prices", "update", *args],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+def update(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> CliRun:
+    argv = ["cost", "prices", "update", *args]
+    return run_cli(argv, cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 def endpoints(base: str) -> list[str]:
@@ -95,7 +91,7 @@ def test_update_merges_new_and_changed_rows_dated_and_sourced(server, tmp_path: 
     out = tmp_path / "prices.json"
     done = update(*endpoints(server.base), "--region", "us-east-1", "--region", "us-west-2",
                   "-o", str(out))  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.status == 0, done.stderr
     rows = {(r["instance"], r["region"]): r for r in json.loads(out.read_text())["instances"]}
     east = f"{server.base}/aws/offers/v1.0/aws/AmazonEC2/20261101000000/us-east-1/index.json"
     p5 = rows[("p5.48xlarge", "us-east-1")]
@@ -135,30 +131,20 @@ def test_update_writes_the_user_catalog_and_cost_reads_it(server, tmp_path: Path
            "CLUSTERKIT_AZURE_PRICES_URL": f"{server.base}/api/retail/prices"}  # fmt: skip
     done = update("--region", "us-east-1", env=env)
     user = tmp_path / "clusterkit" / "prices.json"
-    assert done.returncode == 0 and f"wrote {user}" in done.stdout, done.stderr
+    assert done.status == 0 and f"wrote {user}" in done.stdout, done.stderr
     packaged = json.loads(Path(catalog.packaged_path()).read_text())
     assert all(r.get("on_demand") != 40.0 for r in packaged["instances"])  # untouched
-    cost = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "cost", "--nodes", "2", "--hours", "10",
-         "--instance", "p5en.48xlarge", "--region", "us-east-1", "--spot-price", "20",
-         "--preempt-rate", "5-10%",
-         "--trials", "0", "--format", "json"],
-        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
-        env={**os.environ, **env},
-    )  # fmt: skip
-    assert cost.returncode == 0, cost.stderr
+    job = ["cost", "--nodes", "2", "--hours", "10", "--region", "us-east-1", "--trials", "0"]
+    given = ["--instance", "p5en.48xlarge", "--spot-price", "20", "--preempt-rate", "5-10%"]
+    cost = run_cli([*job, *given, "--format", "json"], cwd=REPO, env={**os.environ, **env})
+    assert cost.status == 0, cost.stderr
     document = json.loads(cost.stdout)
     assert document["catalog"]["date"] == "2026-11-01"
     assert document["catalog"]["source"].endswith("/us-east-1/index.json")
     # No --preempt-rate: the row's Spot Advisor bucket (15-20% for p5 in us-east-1) is used.
-    cost = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "cost", "--nodes", "2", "--hours", "10",
-         "--instance", "p5.48xlarge", "--region", "us-east-1", "--trials", "0",
-         "--format", "json"],
-        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
-        env={**os.environ, **env},
-    )  # fmt: skip
-    assert cost.returncode == 0, cost.stderr
+    given = ["--instance", "p5.48xlarge"]
+    cost = run_cli([*job, *given, "--format", "json"], cwd=REPO, env={**os.environ, **env})
+    assert cost.status == 0, cost.stderr
     inputs = json.loads(cost.stdout)["inputs"]
     assert (
         inputs["preempt_rate_origin"]
@@ -168,7 +154,7 @@ def test_update_writes_the_user_catalog_and_cost_reads_it(server, tmp_path: Path
 
 def test_update_refuses_to_write_over_the_packaged_catalog(server):
     done = update(*endpoints(server.base), "--provider", "azure", "-o", catalog.packaged_path())
-    assert done.returncode == 2
+    assert done.status == 2
     assert "that is the packaged catalog" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -177,7 +163,7 @@ def test_unreachable_endpoint_is_one_line_and_exit_3(tmp_path: Path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     done = update(*endpoints(f"http://127.0.0.1:{port}"), "-o", str(tmp_path / "p.json"))
-    assert done.returncode == 3
+    assert done.status == 3
     assert done.stderr.count("\n") == 1 and "unreachable" in done.stderr
     assert not (tmp_path / "p.json").exists()
 
@@ -185,7 +171,7 @@ def test_unreachable_endpoint_is_one_line_and_exit_3(tmp_path: Path):
 def test_a_silent_endpoint_hits_the_deadline(server, tmp_path: Path):
     server.stall = threading.Event()
     done = update(*endpoints(server.base), "--timeout", "1", "-o", str(tmp_path / "p.json"))
-    assert done.returncode == 3 and "timed out" in done.stderr, done.stderr
+    assert done.status == 3 and "timed out" in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1
 
 
@@ -195,17 +181,14 @@ def test_a_wrong_document_is_refused_not_merged(server, tmp_path: Path):
         "--spot-advisor-url", server.base + "/aws" + INDEX,
         "-o", str(tmp_path / "p.json"),
     )  # fmt: skip
-    assert done.returncode == 3 and "no `spot_advisor`" in done.stderr
+    assert done.status == 3 and "no `spot_advisor`" in done.stderr
 
 
 def test_prices_without_a_step_is_a_usage_error_and_cost_flags_still_parse():
     from clusterkit import cli
 
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "cost", "prices"],
-        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
-    )  # fmt: skip
-    assert done.returncode == 2 and "cost prices update" in done.stderr
+    done = run_cli(["cost", "prices"], cwd=REPO)
+    assert done.status == 2 and "cost prices update" in done.stderr
     assert done.stderr.count("\n") == 1
     args = cli.parse(["-v", "cost", "prices", "update", "--provider", "azure", "-o", "x.json"])
     assert (args.handler, args.provider, args.output, args.verbose) == (

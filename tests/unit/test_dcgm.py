@@ -9,6 +9,7 @@ from clusterkit.checks.dcgm import NodeDiag, dcgm_findings, parse_diag
 from clusterkit.checks.model import Status
 from clusterkit.cli import parse
 from clusterkit.commands.common import check_stages
+from clusterkit.environment import Environment
 from clusterkit.inventory import local_inventory
 from clusterkit.stages.dcgm import DcgmStage
 
@@ -94,9 +95,9 @@ def test_garbage_and_empty_documents_are_errors_not_passes() -> None:
 
 def test_the_stage_runs_only_with_a_level() -> None:
     inventory = local_inventory()
-    names = [s.name for s in check_stages(parse(["check"]), inventory)]
+    names = [s.name for s in check_stages(parse(["check"]), Environment(), inventory)]
     assert "dcgm" not in names
-    stages = check_stages(parse(["check", "--dcgm-level", "2"]), inventory)
+    stages = check_stages(parse(["check", "--dcgm-level", "2"]), Environment(), inventory)
     dcgm = next(s for s in stages if isinstance(s, DcgmStage))
     assert dcgm.seconds == 600.0
     assert [s.name for s in stages][-2:] == ["dcgm", "bench"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from clusterkit.bench import gate
 from clusterkit.checks.fabric import fabric_findings
 from clusterkit.checks.model import Status
-from clusterkit.probe.collector import parse_nvlink_status
+from clusterkit.node.collector import parse_nvlink_status
 from tests.support.nodescripts import write_composed
 from tests.unit.test_checks import facts, healthy
 
@@ -135,7 +135,7 @@ CTK_OUTPUT = (
 
 
 def _collector(tmp_path: Path, code: str) -> dict:
-    probe_dir = write_composed("clusterkit.probe.collector", tmp_path / "node").parent
+    probe_dir = write_composed("collector", tmp_path / "node").parent
     done = subprocess.run(
         [sys.executable, "-S", "-c", f"import json, collector; print(json.dumps({code}))"],
         capture_output=True, text=True, timeout=60, check=True,

@@ -12,8 +12,7 @@ import pytest
 
 from clusterkit.checks.gpu_health import drain_notes, gpu_health_findings
 from clusterkit.checks.model import Finding, Status
-from clusterkit.nodescript.prelude import ToolError, run_tool
-from clusterkit.probe.collector import (
+from clusterkit.node.collector import (
     BASE_GPU_FIELDS,
     GPU_FIELDS,
     collect_kernel_log,
@@ -22,6 +21,7 @@ from clusterkit.probe.collector import (
     query_gpu_fields,
     read_aer_counters,
 )
+from clusterkit.node.prelude import ToolError, run_tool
 from clusterkit.slurm.drain import NodeState, decide
 from tests.support import fake_nvidia_smi
 

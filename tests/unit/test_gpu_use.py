@@ -15,7 +15,7 @@ import pytest
 from clusterkit.checks.gpu_use import runs_on
 from clusterkit.checks.model import Status
 from clusterkit.inventory.model import Expectations
-from clusterkit.probe.collector import (
+from clusterkit.node.collector import (
     COMPUTE_APPS_QUERY,
     parse_compute_apps,
     parse_nvlink_status,

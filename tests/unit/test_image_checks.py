@@ -1,4 +1,4 @@
-"""The image stage's verdicts over node reports shaped like clusterkit/image/node.py output."""
+"""The image stage's verdicts over node reports shaped like clusterkit/node/image.py output."""
 
 from __future__ import annotations
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.image import engine
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,28 +31,24 @@ def silent_port() -> Iterator[int]:
 
 
 def test_api_client_gives_up_on_a_silent_engine_within_its_connect_deadline(
-    silent_port: int, monkeypatch
+    silent_port: int,
 ) -> None:
-    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{silent_port}")
+    environ = {"DOCKER_HOST": f"tcp://127.0.0.1:{silent_port}"}
     started = time.monotonic()
     with pytest.raises(engine.EngineUnavailable, match=f"127.0.0.1:{silent_port} within 1s"):
-        engine.api_client(connect_timeout=1)
+        engine.api_client(connect_timeout=1, environ=environ)
     assert time.monotonic() - started < 10  # version + ping: a few deadlines at most
 
 
 def test_image_build_against_a_silent_engine_is_exit_3_in_seconds(silent_port: int) -> None:
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "image", "build", "images/cpu-torch", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=REPO,
+    done = run_cli(
+        ["image", "build", REPO / "images" / "cpu-torch", "-q"],
         env={**os.environ, "DOCKER_HOST": f"tcp://127.0.0.1:{silent_port}"},
     )
     elapsed = time.monotonic() - started
-    assert done.returncode == 3, done.stderr
+    assert done.status == 3, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and "cannot reach the Docker engine" in lines[0], done.stderr
+    assert f"127.0.0.1:{silent_port}" in lines[0]  # the run's DOCKER_HOST, not this process's
     assert elapsed < 3 * engine.CONNECT_TIMEOUT + 10, elapsed

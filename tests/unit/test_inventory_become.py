@@ -187,7 +187,9 @@ def test_provision_leaves_become_to_ansible_which_connects_there(tmp_path: Path)
     same inventory that `check` refuses is accepted there."""
     from clusterkit import cli
     from clusterkit.commands.provision import plan
+    from clusterkit.environment import Environment
 
     inventory = write(tmp_path / "inventory.yaml", "all:\n  hosts:\n    n1:\n      become: true\n")
     assert f"become: {REFUSED}" in refusal(inventory)
-    assert plan(cli.parse(["provision", str(inventory)])).inventory == str(inventory)
+    args = cli.parse(["provision", str(inventory)])
+    assert plan(args, Environment()).inventory == str(inventory)

@@ -8,6 +8,7 @@ import pytest
 
 from clusterkit.cli import parse
 from clusterkit.commands.common import load_target
+from clusterkit.environment import Environment
 from clusterkit.errors import InventoryError
 
 
@@ -21,7 +22,7 @@ def test_positional_and_repeated_i_merge_in_order(tmp_path: Path) -> None:
     (second.parent / "host_vars").mkdir()
     (second.parent / "host_vars" / "n1.yml").write_text("ansible_user: from_b_host_vars\n")
     for command in ("check", "bench"):
-        inventory = load_target(parse([command, str(first), "-i", str(second)]))
+        inventory = load_target(parse([command, str(first), "-i", str(second)]), Environment())
         assert [h.name for h in inventory.hosts] == ["n1", "n2", "n3"]
         users = {h.name: h.user for h in inventory.hosts}
         assert users == {"n1": "from_b_host_vars", "n2": "second", "n3": None}
@@ -32,15 +33,17 @@ def test_positional_and_repeated_i_merge_in_order(tmp_path: Path) -> None:
 def test_i_alone_is_an_inventory_and_none_is_this_machine(tmp_path: Path) -> None:
     only = tmp_path / "hosts"
     only.write_text("solo ansible_connection=local\n")
-    assert [h.name for h in load_target(parse(["check", "-i", str(only)])).hosts] == ["solo"]
-    assert [h.name for h in load_target(parse(["check"])).hosts] == ["localhost"]
+    assert [
+        h.name for h in load_target(parse(["check", "-i", str(only)]), Environment()).hosts
+    ] == ["solo"]
+    assert [h.name for h in load_target(parse(["check"]), Environment()).hosts] == ["localhost"]
 
 
 def test_a_missing_source_is_named(tmp_path: Path) -> None:
     present = tmp_path / "hosts"
     present.write_text("solo\n")
     with pytest.raises(InventoryError, match=f"{tmp_path / 'absent'}: no such file"):
-        load_target(parse(["check", str(present), "-i", str(tmp_path / "absent")]))
+        load_target(parse(["check", str(present), "-i", str(tmp_path / "absent")]), Environment())
 
 
 def test_inventory_via_ansible_is_parsed_for_check_and_bench() -> None:
@@ -63,18 +66,18 @@ def test_a_pipe_is_refused_not_read(tmp_path: Path) -> None:
     pipe = tmp_path / "inventory"
     os.mkfifo(pipe)
     with pytest.raises(InventoryError, match="not a regular file"):
-        load_target(parse(["check", str(pipe)]))
+        load_target(parse(["check", str(pipe)]), Environment())
     inventory = tmp_path / "hosts"
     inventory.write_text("solo\n")
     (tmp_path / "group_vars").mkdir()
     os.mkfifo(tmp_path / "group_vars" / "all")
-    assert load_target(parse(["check", str(inventory)])).host("solo").vars == {}
+    assert load_target(parse(["check", str(inventory)]), Environment()).host("solo").vars == {}
 
 
 def test_a_host_named_like_a_group_is_warned_about(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts"
     inventory.write_text("[gpu]\nn1\n[web]\ngpu\n")
-    loaded = load_target(parse(["check", str(inventory)]))
+    loaded = load_target(parse(["check", str(inventory)]), Environment())
     assert f"{inventory}:4: found both a group and a host named 'gpu'" in loaded.warnings
 
 
@@ -83,5 +86,5 @@ def test_a_symlink_loop_in_a_directory_is_refused_shortly(tmp_path: Path) -> Non
     (tmp_path / "inv" / "hosts").write_text("n1\n")
     (tmp_path / "inv" / "sub" / "up").symlink_to("..")
     with pytest.raises(InventoryError) as caught:
-        load_target(parse(["check", str(tmp_path / "inv")]))
+        load_target(parse(["check", str(tmp_path / "inv")]), Environment())
     assert str(caught.value).startswith(f"{tmp_path / 'inv' / 'sub' / 'up'}: directory loop")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from clusterkit.transport.base import Deadline
 from clusterkit.transport.endpoint import Endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier
 from clusterkit.transport.ssh import open_client
+from tests.support.cli import run_cli
 
 
 def hostile_files(tmp_path: Path) -> dict[str, tuple[str, str]]:
@@ -65,12 +64,9 @@ def test_check_with_a_fifo_key_ends_at_once_with_one_line(tmp_path: Path):
     path, _ = hostile_files(tmp_path)["fifo"]
     inventory = inventory_with_key(tmp_path, path)
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", "-i", str(inventory)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = run_cli(["check", "-i", inventory], timeout=60)
     assert time.monotonic() - started < 30
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.status == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"{path}: not a regular file (a FIFO) (host n1)" in done.stderr
 
 

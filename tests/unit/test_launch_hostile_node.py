@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from clusterkit.commands.launch import report_outcome
+from clusterkit.environment import Environment
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.plan import LaunchSettings, PlanNode, build_plan
 from clusterkit.launch.stacks import checked_entries
@@ -116,7 +117,7 @@ def test_a_rank_number_too_long_for_int_is_just_a_line() -> None:
     assert sup.last_lines == {}
 
 
-def test_node_text_in_the_summaries_is_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+def test_node_text_in_the_summaries_is_escaped() -> None:
     """Function names, file names, source lines and last lines come from the node or the job:
     they must not forge a line or reach the terminal as escape sequences."""
     sup, _ = supervisor()
@@ -126,10 +127,11 @@ def test_node_text_in_the_summaries_is_escaped(capsys: pytest.CaptureFixture[str
     control(sup, "n2", {"event": "dump", "ranks": [odd, {"rank": f"{ESCAPE}"}]})
     sup.hang_reason = "no rank printed anything for 1 s"
     sup._analyse_hang(missing=[])
-    report_outcome(sup._outcome(), sup.options)
+    env = Environment()
+    report_outcome(sup._outcome(), sup.options, env)
     failed = Failure("n2", 3, 1, 0.0, last_lines=(f"boom{ESCAPE}", f"x{FORGED}"))
-    report_outcome(JobOutcome(1, "failed", failed.describe(), failed), sup.options)
-    err = capsys.readouterr().err
+    report_outcome(JobOutcome(1, "failed", failed.describe(), failed), sup.options, env)
+    err = env.stderr.getvalue()
     assert "\x1b" not in err and "\x07" not in err
     assert "\nclusterkit: job succeeded" not in err
     lines = err.splitlines()
@@ -146,19 +148,17 @@ def test_checked_entries_keeps_well_formed_ones_only() -> None:
     assert problems == ["dump entry 1 dropped: rank '0' is not a whole number from 0"]
 
 
-def test_secrets_in_the_jobs_last_lines_are_redacted(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_secrets_in_the_jobs_last_lines_are_redacted(tmp_path: Path) -> None:
     """A failing rank printed its environment: the summary quotes its last lines, on stderr
     and in --log-dir's outcome.txt, without the secrets in them."""
     secret = "hf_" + "Zq8" * 10
     folder = PrivateFolder.open(tmp_path / "logs")
     lines = (f'HF_TOKEN="{secret}"', f"export AWS_SECRET_ACCESS_KEY='{secret}'", "step 3 ok")
     failed = Failure("n2", 3, 1, 0.0, last_lines=lines)
-    report_outcome(
-        JobOutcome(1, "failed", failed.describe(), failed), SuperviseOptions(log_dir=folder)
-    )
-    err = capsys.readouterr().err
+    env = Environment()
+    outcome = JobOutcome(1, "failed", failed.describe(), failed)
+    report_outcome(outcome, SuperviseOptions(log_dir=folder), env)
+    err = env.stderr.getvalue()
     written = (tmp_path / "logs" / "outcome.txt").read_text()
     for text in (err, written):
         assert secret not in text and "step 3 ok" in text and "HF_TOKEN=" in text

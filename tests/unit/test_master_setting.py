@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from clusterkit.errors import InventoryError
 from clusterkit.inventory import load_inventory
+from tests.support.cli import run_cli
 
 INVENTORY = """\
 all:
@@ -43,11 +42,7 @@ def test_unknown_master_names_file_line_and_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", [["check", "--skip", "network"], ["bench"]])
 def test_unknown_master_is_exit_2_before_any_connection(tmp_path: Path, command) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", command[0], str(write(tmp_path, "10.9.9.9")),
-         *command[1:]],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
+    done = run_cli([command[0], write(tmp_path, "10.9.9.9"), *command[1:]], timeout=60)
+    assert done.status == 2, done.stderr
     assert done.stderr.startswith("clusterkit: error: ") and "clusterkit.master" in done.stderr
     assert not done.stdout

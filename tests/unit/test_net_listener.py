@@ -1,4 +1,4 @@
-"""The mesh listener (clusterkit/net/node.py) on loopback: many peers at once from one thread,
+"""The mesh listener (clusterkit/node/net.py) on loopback: many peers at once from one thread,
 a silent peer that must not stall the others, a foreign client turned away, and the
 listeners' lifetime in a mesh round: up until the control side answers the mesh report."""
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from clusterkit.net import node
-from clusterkit.net.node import Listener
+from clusterkit.node import net as node
+from clusterkit.node.net import Listener
 
 
 def _free_port() -> int:

@@ -1,5 +1,6 @@
-"""The node-side runtime (nodescript/prelude.py) and the control side's one way to run a node
-script and say why it gave no result (nodescript/run.py), on real processes of this machine."""
+"""The node-side runtime (node/prelude.py) and the control side's one way to run a node
+script and say why it gave no result (transport/nodescript.py), on real processes of this
+machine."""
 
 from __future__ import annotations
 
@@ -16,22 +17,22 @@ import pytest
 
 from clusterkit import framing
 from clusterkit.errors import TransportError
-from clusterkit.nodescript import prelude
-from clusterkit.nodescript.compose import compose
-from clusterkit.nodescript.prelude import ToolError, find_tool, read_interfaces, run_tool
-from clusterkit.nodescript.run import (
+from clusterkit.node import prelude
+from clusterkit.node.prelude import ToolError, find_tool, read_interfaces, run_tool
+from clusterkit.probe.runner import probe_host
+from clusterkit.transport.base import CommandResult, Deadline
+from clusterkit.transport.local import LocalTransport
+from clusterkit.transport.nodescript import (
     NodeScriptError,
     ScriptFailure,
+    compose,
     decode_result,
     failure_of,
     run_node_script,
     shipment,
 )
-from clusterkit.probe.runner import probe_host
-from clusterkit.transport.base import CommandResult, Deadline
-from clusterkit.transport.local import LocalTransport
 
-USES_PRELUDE = "import sys, time\nfrom clusterkit.nodescript.prelude import emit\n"
+USES_PRELUDE = "import sys, time\nfrom clusterkit.node.prelude import emit\n"
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -122,7 +123,7 @@ def test_a_signal_takes_the_tools_down_with_the_script(tmp_path: Path) -> None:
     script.write_text(
         compose(
             "import threading, time\n"
-            "from clusterkit.nodescript.prelude import run_tool, stop_tools_on_signals\n"
+            "from clusterkit.node.prelude import run_tool, stop_tools_on_signals\n"
             "stop_tools_on_signals()\n"
             f"argv = ['sh', '-c', 'echo $$ > {pid_file}; exec sleep 300']\n"
             "threading.Thread(target=run_tool, args=(argv, 300), daemon=True).start()\n"
@@ -317,7 +318,7 @@ def test_interface_kinds_and_routes_read_from_real_sysfs() -> None:
             subprocess.run(["ip", "-n", netns, *argv], check=True, timeout=20)
         script = (
             "import json\n"
-            "from clusterkit.probe.collector import collect_network\n"
+            "from clusterkit.node.collector import collect_network\n"
             "print(json.dumps(collect_network({})))\n"
         )
         out = subprocess.run(

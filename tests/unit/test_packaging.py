@@ -44,7 +44,8 @@ def test_wheel_ships_every_playbook_file(wheel: Path) -> None:
     assert "clusterkit/playbooks/site.yml" in shipped
     assert "clusterkit/playbooks/.ansible-lint" in shipped
     assert shipped <= names, sorted(shipped - names)
-    assert "clusterkit/probe/collector.py" in names and "clusterkit/net/node.py" in names
+    node_side = {f"clusterkit/node/{p.name}" for p in (REPO / "clusterkit" / "node").glob("*.py")}
+    assert "clusterkit/node/collector.py" in node_side and node_side <= names
 
 
 def test_installed_wheel_finds_its_own_playbooks(wheel: Path, tmp_path: Path) -> None:
@@ -62,7 +63,7 @@ def test_installed_wheel_finds_its_own_playbooks(wheel: Path, tmp_path: Path) ->
 def test_the_wheel_takes_its_version_from_the_package(wheel: Path) -> None:
     """One place: clusterkit/__init__.py; pyproject reads it, the wheel's metadata carries it."""
     from clusterkit import __version__
-    from clusterkit.bench import worker
+    from clusterkit.node import bench_worker as worker
 
     metadata = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()

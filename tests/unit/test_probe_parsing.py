@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.probe import collector
-from clusterkit.probe.collector import (
+from clusterkit.node import collector
+from clusterkit.node.collector import (
     BASE_GPU_FIELDS,
     GPU_FIELDS,
     HEALTH_GPU_FIELDS,
@@ -21,7 +21,7 @@ from clusterkit.probe.collector import (
 from tests.support.nodescripts import write_composed
 
 SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
-COLLECTOR = "clusterkit.probe.collector"
+COLLECTOR = "collector"
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,6 @@ import io
 import json
 import logging
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -22,6 +20,7 @@ from hypothesis import strategies as st
 from clusterkit import logs
 from clusterkit.redact import REDACTED, is_secret_name, redact
 from clusterkit.report.progress import PhaseLog
+from tests.support.cli import run_cli
 
 SECRET = "hf_Zq3xT0pS3cr3tV4lu3"
 SETTINGS = settings(
@@ -191,11 +190,8 @@ def test_an_error_quoting_a_file_line_is_redacted_on_stderr(tmp_path: Path) -> N
     """An inventory line `HF_TOKEN: value` is quoted by the error that refuses it."""
     inventory = tmp_path / "inv.ini"
     inventory.write_text(f"[all:vars]\nHF_TOKEN: {SECRET}\n[gpu]\nn1\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", "-i", str(inventory)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 2
+    done = run_cli(["check", "-i", inventory], timeout=60)
+    assert done.status == 2
     assert SECRET not in done.stderr + done.stdout
     assert "inv.ini:2: expected key=value in [all:vars]" in done.stderr
 
@@ -203,11 +199,8 @@ def test_an_error_quoting_a_file_line_is_redacted_on_stderr(tmp_path: Path) -> N
 def test_an_error_about_a_secret_variable_keeps_its_explanation(tmp_path: Path) -> None:
     inventory = tmp_path / "inv.yml"
     inventory.write_text("all:\n  hosts:\n    n1:\n      ansible_password: [1]\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", "-i", str(inventory)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 2
+    done = run_cli(["check", "-i", inventory], timeout=60)
+    assert done.status == 2
     assert "ansible_password: must be a non-empty string" in done.stderr
 
 

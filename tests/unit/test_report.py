@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.environment import Environment
 from clusterkit.report import emit
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
@@ -190,13 +191,13 @@ def test_rich_text_has_the_verdict_line() -> None:
     assert "parity.driver" in stream.getvalue()
 
 
-def test_emit_writes_the_format_to_the_output_file(tmp_path, capsys) -> None:
+def test_emit_writes_the_format_to_the_output_file(tmp_path) -> None:
     target = tmp_path / "report.xml"
-    emit(sample_report(), "junit", str(target))
+    env = Environment()
+    emit(sample_report(), "junit", str(target), env)
     assert "clusterkit.static" in _suites(target.read_text())
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.startswith("verdict: FAIL (exit 1)")
+    assert env.stdout.getvalue() == ""
+    assert env.stderr.getvalue().startswith("verdict: FAIL (exit 1)")
 
 
 def test_hosts_table_says_nothing_about_a_host_never_reached() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.report import emit
 from tests.unit.test_report import sample_report
@@ -49,7 +50,7 @@ def test_a_full_disk_leaves_the_previous_report_whole(
     report_file.chmod(0o640)
     fill(small_disk)
     with pytest.raises(UsageError, match="No space left on device") as caught:
-        emit(sample_report(), fmt, str(report_file))
+        emit(sample_report(), fmt, str(report_file), Environment())
     assert "previous report is left" in str(caught.value)
     assert "\n" not in str(caught.value)
     assert report_file.read_text() == "the previous report\n"
@@ -60,7 +61,7 @@ def test_a_report_replaces_the_old_one_whole_and_keeps_its_mode(small_disk: Path
     report_file = small_disk / "report.json"
     report_file.write_text("old")
     report_file.chmod(0o640)
-    emit(sample_report(), "json", str(report_file))
+    emit(sample_report(), "json", str(report_file), Environment())
     assert json.loads(report_file.read_text())["command"] == "check"
     assert report_file.stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in small_disk.iterdir()) == ["report.json"]
@@ -69,7 +70,7 @@ def test_a_report_replaces_the_old_one_whole_and_keeps_its_mode(small_disk: Path
 def test_a_new_report_gets_the_usual_mode(small_disk: Path) -> None:
     old = os.umask(0o022)
     try:
-        emit(sample_report(), "json", str(small_disk / "new.json"))
+        emit(sample_report(), "json", str(small_disk / "new.json"), Environment())
     finally:
         os.umask(old)
     assert (small_disk / "new.json").stat().st_mode & 0o777 == 0o644

@@ -7,13 +7,13 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.environment import Environment
 from clusterkit.report import emit
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report
@@ -23,11 +23,6 @@ from tests.support.cli import run_cli
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STATIC_ONLY = ["--skip", "network,bench,image"]
-
-
-class FakeTerminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def _refused_port() -> int:
@@ -152,35 +147,27 @@ def test_unreachable_summary_of_a_real_run_is_in_inventory_order(
     assert "(node4: refused; node1: refused; node3: refused; +1 more)" in line, line
 
 
-def _emitted(monkeypatch: pytest.MonkeyPatch, stream: io.StringIO, env: dict[str, str]) -> str:
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, "stdout", stream)
+def _emitted(terminal: bool, environ: dict[str, str]) -> str:
+    """The text report as a stdout that is (or is not) a terminal gets it in `environ`."""
+    env = Environment(environ=environ, stdout_isatty=terminal)
     findings = [
         Finding("env.memlock", Status.WARN, "memlock low", ["n0"], remedy="raise it"),
         Finding("env.shm", Status.OK, "fine", ["n0"]),
     ]
-    emit(report(findings, network="a single host"), "text", None)
-    return stream.getvalue()
+    emit(report(findings, network="a single host"), "text", None, env)
+    return env.stdout.getvalue()
 
 
-def test_force_color_colours_the_piped_layout_without_changing_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    plain = _emitted(monkeypatch, io.StringIO(), {})
-    forced = _emitted(monkeypatch, io.StringIO(), {"FORCE_COLOR": "1"})
+def test_force_color_colours_the_piped_layout_without_changing_it() -> None:
+    plain = _emitted(False, {})
+    forced = _emitted(False, {"FORCE_COLOR": "1"})
     assert "\x1b[" in forced and "\x1b[" not in plain
     assert ANSI.sub("", forced) == plain
 
 
-def test_no_color_keeps_the_terminal_layout_without_colour(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("COLUMNS", "120")
-    coloured = _emitted(monkeypatch, FakeTerminal(), {})
-    uncoloured = _emitted(monkeypatch, FakeTerminal(), {"NO_COLOR": "1"})
+def test_no_color_keeps_the_terminal_layout_without_colour() -> None:
+    coloured = _emitted(True, {"COLUMNS": "120"})
+    uncoloured = _emitted(True, {"COLUMNS": "120", "NO_COLOR": "1"})
     assert "\x1b[" in coloured and "\x1b[" not in uncoloured
     assert uncoloured == ANSI.sub("", coloured)
 

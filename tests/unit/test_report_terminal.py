@@ -8,16 +8,12 @@ import re
 import pytest
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.environment import Environment
 from clusterkit.report import emit
 from clusterkit.report.model import Report
 from clusterkit.report.progress import Progress
 from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain
-
-
-class FakeTerminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 @pytest.mark.parametrize(
@@ -31,15 +27,8 @@ class FakeTerminal(io.StringIO):
         ({"NO_COLOR": "1", "FORCE_COLOR": "1"}, True, False),  # NO_COLOR wins
     ],
 )
-def test_wants_color(
-    env: dict[str, str], terminal: bool, expected: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    stream = FakeTerminal() if terminal else io.StringIO()
-    assert wants_color(stream) is expected
+def test_wants_color(env: dict[str, str], terminal: bool, expected: bool) -> None:
+    assert wants_color(env, terminal) is expected
 
 
 def small_report() -> Report:
@@ -55,16 +44,13 @@ def small_report() -> Report:
     )
 
 
-def test_force_color_colours_the_report_when_piped(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.setenv("FORCE_COLOR", "1")
-    emit(small_report(), "text", None)
-    assert "\x1b[" in capsys.readouterr().out  # ANSI colour, although stdout is captured
-    monkeypatch.delenv("FORCE_COLOR")
-    emit(small_report(), "text", None)
-    assert "\x1b[" not in capsys.readouterr().out
+def test_force_color_colours_the_report_when_piped() -> None:
+    forced = Environment(environ={"FORCE_COLOR": "1"})
+    emit(small_report(), "text", None, forced)
+    assert "\x1b[" in forced.stdout.getvalue()  # ANSI colour, although stdout is a pipe
+    plain = Environment(environ={})
+    emit(small_report(), "text", None, plain)
+    assert "\x1b[" not in plain.stdout.getvalue()
 
 
 def test_a_skipped_stage_with_findings_is_said_once() -> None:

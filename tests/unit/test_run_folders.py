@@ -19,8 +19,8 @@ import pytest
 
 from clusterkit.bench import launcher
 from clusterkit.bench.findslow import _HELPER
-from clusterkit.launch import node as launch_node
 from clusterkit.launch.supervise import SWEEP_SCRIPT
+from clusterkit.node import launch as launch_node
 from clusterkit.rundir import RUN_DIR, folder_name, shell_line, shell_word
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.local import LocalTransport

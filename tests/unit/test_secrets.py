@@ -12,7 +12,8 @@ import pytest
 
 from clusterkit import framing
 from clusterkit.checks.model import Finding, Status
-from clusterkit.probe import collector
+from clusterkit.environment import Environment
+from clusterkit.node import collector
 from clusterkit.redact import REDACTED, is_secret_name, redact
 from clusterkit.report import emit
 from clusterkit.report.model import Report
@@ -71,14 +72,15 @@ def _report_with_secret() -> Report:
 
 
 @pytest.mark.parametrize("fmt", ["json", "junit", "text"])
-def test_no_format_prints_or_writes_a_secret(fmt: str, tmp_path, capsys) -> None:
-    emit(_report_with_secret(), fmt, None)
-    printed = capsys.readouterr()
-    assert TOKEN not in printed.out + printed.err
-    assert fmt == "text" or REDACTED in printed.out
+def test_no_format_prints_or_writes_a_secret(fmt: str, tmp_path) -> None:
+    env = Environment()
+    emit(_report_with_secret(), fmt, None, env)
+    assert TOKEN not in env.stdout.getvalue() + env.stderr.getvalue()
+    assert fmt == "text" or REDACTED in env.stdout.getvalue()
     target = tmp_path / "report.out"
-    emit(_report_with_secret(), fmt, str(target))
-    assert TOKEN not in target.read_text() + "".join(capsys.readouterr())
+    env = Environment()
+    emit(_report_with_secret(), fmt, str(target), env)
+    assert TOKEN not in target.read_text() + env.stdout.getvalue() + env.stderr.getvalue()
 
 
 def test_probe_collects_only_the_variables_the_checks_read(tmp_path: Path) -> None:
@@ -92,7 +94,7 @@ def test_probe_collects_only_the_variables_the_checks_read(tmp_path: Path) -> No
         "MASTER_PORT": "29500",
     }
     done = subprocess.run(
-        [sys.executable, "-S", str(write_composed("clusterkit.probe.collector", tmp_path))],
+        [sys.executable, "-S", str(write_composed("collector", tmp_path))],
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert TOKEN not in done.stdout

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +12,7 @@ import pytest
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.commands.common import check_stages
+from clusterkit.environment import Environment
 from clusterkit.errors import ConfigError, UsageError
 from clusterkit.inventory import load_inventory
 from clusterkit.report import Report
@@ -20,6 +20,7 @@ from clusterkit.slurm.check import failing_hosts, slurm_stages
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmTarget, slurm_target
 from clusterkit.transport.srun import SrunSession
+from tests.support.cli import run_cli
 
 NO_SLURM = {"PATH": "/nonexistent"}  # no scontrol: our own hostlist parser
 
@@ -102,11 +103,8 @@ def test_cli_exit_2_without_allocation_and_for_misplaced_flags(command: str) -> 
         (["--transport", "srun"], "--transport srun needs Slurm nodes"),
         (["--settings", "x.yaml"], "--settings goes with --slurm"),
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "clusterkit", command, *argv],
-            capture_output=True, text=True, env=env, timeout=60, check=False,
-        )  # fmt: skip
-        assert done.returncode == 2, done.stderr
+        done = run_cli([command, *argv], env=env, timeout=60)
+        assert done.status == 2, done.stderr
         assert message in done.stderr and "Traceback" not in done.stderr
 
 
@@ -133,7 +131,7 @@ def test_every_stage_that_acts_on_nodes_runs_in_a_step(tmp_path: Path) -> None:
         transport=None, timeout=10.0, min_busbw=None, forks=4, skip=[],
         host_key_policy=None, known_hosts=[], ssh_config=None, connect_timeout=None,
     )  # fmt: skip
-    stages = slurm_stages(cli, target, check_stages(cli, target.inventory))
+    stages = slurm_stages(cli, target, check_stages(cli, Environment(), target.inventory))
     kinds = {stage.name: type(stage) for stage in stages}
     assert kinds.pop("connect") is SrunConnectStage
     assert kinds.pop("static") is not InStep

@@ -315,7 +315,7 @@ def test_hosts_connecting_at_once_share_one_verifier(monkeypatch: pytest.MonkeyP
     made: list[object] = []
 
     class SlowVerifier:  # reading known_hosts takes a while: the window of the race
-        def __init__(self, policy: str, files: list[str]) -> None:
+        def __init__(self, policy: str, files: list[str], warnings: object) -> None:
             made.append(self)
             threading.Event().wait(0.05)
 
@@ -327,7 +327,7 @@ def test_hosts_connecting_at_once_share_one_verifier(monkeypatch: pytest.MonkeyP
 
     def connect_one() -> None:
         start.wait(timeout=30)
-        got.append(connect._verifier(endpoint))  # type: ignore[arg-type]
+        got.append(connect._verifier(endpoint, None))  # type: ignore[arg-type]
 
     threads = [threading.Thread(target=connect_one) for _ in range(8)]
     for thread in threads:
