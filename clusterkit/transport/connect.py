@@ -217,7 +217,7 @@ def connect_all(
     """Connect to every host (at most options.forks at once); first make sure this process
     may open the descriptors they will hold (UsageError, nothing connected, if not)."""
     _verifiers.clear()
-    config = load_ssh_config(options.ssh_config)
+    config = load_ssh_config(options.ssh_config, options.environ)
     need = descriptors_needed(_descriptors(host, options, config) for host in inventory.hosts)
     ensure_descriptors(len(inventory.hosts), need)
 

@@ -75,15 +75,26 @@ class _SSHConfig(paramiko.SSHConfig):
         return tokenized
 
 
-def load_ssh_config(path: str | None) -> paramiko.SSHConfig:
+def expand_home(path: str, environ: Mapping[str, str] | None = None) -> str:
+    """`~/...` in the run's HOME (its Environment's), else in this process's: a run with a
+    HOME of its own reads and records keys there, never in someone else's ~/.ssh."""
+    home = (environ or {}).get("HOME")
+    if home and (path == "~" or path.startswith("~/")):
+        return home + path[1:]
+    return os.path.expanduser(path)
+
+
+def load_ssh_config(
+    path: str | None, environ: Mapping[str, str] | None = None
+) -> paramiko.SSHConfig:
     """Read the OpenSSH client config; a missing default file is an empty config."""
     if path is None:
-        default = Path("~/.ssh/config").expanduser()
+        default = Path(expand_home("~/.ssh/config", environ))
         if not default.is_file():
             return _SSHConfig()
         return _SSHConfig.from_path(str(default))
     try:
-        return _SSHConfig.from_path(os.path.expanduser(path))
+        return _SSHConfig.from_path(expand_home(path, environ))
     except OSError as error:
         raise UsageError(f"{path}: cannot read SSH config: {error.strerror}") from None
 
@@ -121,7 +132,8 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
     )
     user_file = host.user_known_hosts_file or _first(entry.get("userknownhostsfile"))
     files = [user_file or DEFAULT_KNOWN_HOSTS, DEFAULT_KNOWN_HOSTS, *options.known_hosts]
-    known = tuple(dict.fromkeys(files))  # the first is where accept-new records keys
+    # the first is where accept-new records keys
+    known = tuple(dict.fromkeys(expand_home(f, options.environ) for f in files))
     timeout = options.connect_timeout or host.ssh_timeout or _float(entry.get("connecttimeout"))
     keys = (host.key_file,) if host.key_file else tuple(entry.get("identityfile", ()))
     jump_spec, command = _proxy_settings(host, entry)
@@ -142,7 +154,7 @@ def resolve_endpoint(host: Host, options: ConnectOptions, config: paramiko.SSHCo
         address=address,
         port=port,
         user=user,
-        key_files=tuple(os.path.expanduser(k) for k in keys),
+        key_files=tuple(expand_home(k, options.environ) for k in keys),
         jumps=jumps,
         proxy_command=proxy,
         policy=policy,
@@ -171,7 +183,7 @@ def _jump_endpoint(
         address=entry.get("hostname", address),
         port=int(port or entry.get("port") or 22),
         user=user or entry.get("user") or getpass.getuser(),
-        key_files=tuple(os.path.expanduser(k) for k in entry.get("identityfile", ())),
+        key_files=tuple(expand_home(k, options.environ) for k in entry.get("identityfile", ())),
         policy=policy,
         known_hosts=known,
         timeout=timeout or DEFAULT_CONNECT_TIMEOUT,
