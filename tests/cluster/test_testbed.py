@@ -393,7 +393,14 @@ def test_close_leaves_nothing_behind() -> None:
     links = [spare.bridge] + [n.host_veth for n in spare]
     assert ssh(node, "setsid sleep 300 >/dev/null 2>&1 < /dev/null &").returncode == 0
     node.spawn(["sleep", "301"])
-    leftovers = [process.pid for process in node.processes()]
+    # Both sleeps are listed once each has entered the node (a spawn returns before its
+    # child is in the namespace): wait for that, not for a time.
+    end = time.monotonic() + 15
+    while len(sleeps := [p for p in node.processes() if p.argv[:1] == ("sleep",)]) < 2:
+        if time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    leftovers = [process.pid for process in sleeps]
     sshd_pids = [n.sshd.pid for n in spare if n.sshd is not None]
     directory, state_file = spare.dir, STATE_DIR / f"{spare.prefix}.json"
     assert len(leftovers) == 2 and len(sshd_pids) == 2 and state_file.exists()
