@@ -101,7 +101,3 @@ class NodePool:
     @property
     def enough(self) -> bool:
         return len(self.active) >= self.count.least
-
-    def master(self, wanted: str) -> str:
-        """The inventory's master while it runs, else the first running host."""
-        return wanted if wanted in self.active else self.active[0]
