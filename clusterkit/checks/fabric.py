@@ -4,8 +4,6 @@ toolkit a GPU image needs. Pure functions over the probe's facts."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
 from clusterkit.checks.links import (
     ib_port_findings,
@@ -14,23 +12,24 @@ from clusterkit.checks.links import (
     nvlink_error_findings,
 )
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts, with_command
-from clusterkit.checks.parity import Facts, majority, parity_finding, section
+from clusterkit.checks.parity import Facts, majority, parity_finding
+from clusterkit.facts import HostFacts, collected
 
 
-def nvlink_value(f: Mapping[str, Any]) -> str | None:
+def nvlink_value(f: HostFacts) -> str | None:
     """'8 GPUs x 18 links' (active links per GPU, the weakest GPU's), 'none', or None when
     nvidia-smi did not answer or the node has no GPU."""
-    active = section(f, "nvlink").get("active_links")
+    active = collected(f.get("nvlink")).get("active_links")
     if not active:
         return None
     return f"{len(active)} GPUs x {min(active)} links" if min(active) else "none"
 
 
-def infiniband_value(f: Mapping[str, Any]) -> str | None:
+def infiniband_value(f: HostFacts) -> str | None:
     """The node's RDMA ports by state and rate, e.g. '4x ACTIVE 400 Gb/s'; None without any."""
     ports = Counter(
         (str(port.get("state") or "?").upper(), port.get("rate_gbps"))
-        for device in section(f, "infiniband").get("devices") or []
+        for device in collected(f.get("infiniband")).get("devices") or []
         for port in device.get("ports") or []
     )
     if not ports:
@@ -73,7 +72,9 @@ def node_fabric_findings(facts: Facts) -> list[Finding]:
 
 def _links_down(facts: Facts) -> Finding:
     """fabric.nvlink-down: a link `<inactive>` where a peer has it up (links.inactive_links)."""
-    checked = [h for h, f in facts.items() if max(section(f, "nvlink").get("active_links") or [0])]
+    checked = [
+        h for h, f in facts.items() if max(collected(f.get("nvlink")).get("active_links") or [0])
+    ]
     if not checked:
         return Finding("fabric.nvlink-down", Status.SKIP, "not checked: no node reports NVLink")
     down = {host: nvlink_down_evidence(facts, host, links)
@@ -98,8 +99,8 @@ def _container_toolkit(facts: Facts) -> Finding:
     missing: dict[str, str] = {}
     checked = []
     for host, f in facts.items():
-        docker = section(f, "docker")
-        if not section(f, "gpus").get("count") or not docker:
+        docker = collected(f.get("docker"))
+        if not collected(f.get("gpus")).get("count") or not docker:
             continue
         checked.append(host)
         runtime = docker.get("nvidia_container_runtime") or docker.get("nvidia_ctk")
@@ -115,7 +116,7 @@ def _container_toolkit(facts: Facts) -> Finding:
         host: version
         for host in checked
         if host not in missing
-        and (version := section(facts[host], "docker").get("nvidia_ctk_version"))
+        and (version := collected(facts[host].get("docker")).get("nvidia_ctk_version"))
     }
     if not missing and len(set(versions.values())) > 1:
         common = majority(versions)

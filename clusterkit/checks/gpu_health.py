@@ -10,11 +10,11 @@ and the idle, application-clock, power-cap, sync-boost and display clock reasons
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
 
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, section
+from clusterkit.checks.parity import Facts
+from clusterkit.facts import GpuDevice, HostFacts, collected
 
 # More uncorrectable-error remaps than this warns: a bank has 8 spare rows (the "Max"
 # bucket of nvidia-smi's Bank Remap Availability Histogram), so a GPU past it is using up
@@ -45,35 +45,36 @@ PCIE_REPLAY_COUNTERS = (
     *("Bad TLP", "Bad DLLP", "RELAY_NUM Rollover", "REPLAY_NUM Rollover", "Replay Timer Timeout"),
 )
 
+Problem = tuple[Status, str, str]  # (status, evidence, what a person does)
 RESET = "reset the GPU once idle (`nvidia-smi -r -i {index}`) or reboot the node"
 REPLACE = "replace the GPU (RMA: open a support case with `nvidia-bug-report.sh` attached)"
 
 
-def gpu_label(gpu: Mapping[str, Any]) -> str:
+def gpu_label(gpu: GpuDevice) -> str:
     """'GPU 3 (00000000:4B:00.0, serial 1654922000103)': index, bus id, serial or UUID."""
     ident = f"serial {gpu['serial']}" if gpu.get("serial") else gpu.get("uuid")
     parts = [str(part) for part in (gpu.get("pci.bus_id"), ident) if part]
     return f"GPU {gpu.get('index')}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _number(value: Any) -> int | None:
+def _number(value: str | None) -> int | None:
     """A count from a CSV cell: None for [N/A] (already None), text or a negative number."""
     text = str(value).strip() if value is not None else ""
     return int(text) if text.isdigit() else None
 
 
-def _yes(value: Any) -> bool:
+def _yes(value: str | None) -> bool:
     """`Yes` in --query-gpu, `1` in --query-remapped-rows: both mean set."""
     return str(value).strip().lower() in ("yes", "1", "true")
 
 
-def _devices(host_facts: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [d for d in section(host_facts, "gpus").get("devices", []) if isinstance(d, dict)]
+def _devices(host_facts: HostFacts) -> list[GpuDevice]:
+    return collected(host_facts.get("gpus")).get("devices", [])
 
 
-def row_remap_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+def row_remap_problems(gpu: GpuDevice) -> list[Problem]:
     """(status, evidence, action) for one GPU's row remapping (Ampere and newer)."""
-    problems = []
+    problems: list[Problem] = []
     index = gpu.get("index")
     if _yes(gpu.get("remapped_rows.failure")):
         problems.append((Status.FAIL, "row remapping failed (no spare rows left)", REPLACE))
@@ -87,15 +88,15 @@ def row_remap_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
     return problems
 
 
-def retired_page_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+def retired_page_problems(gpu: GpuDevice) -> list[Problem]:
     """(status, evidence, action) for one GPU's page retirement (Volta and older)."""
-    problems = []
+    problems: list[Problem] = []
     index = gpu.get("index")
     if _yes(gpu.get("retired_pages.pending")):
         action = RESET.format(index=index) + " to retire them"
         problems.append((Status.FAIL, "page retirement pending", action))
-    retired = [_number(gpu.get(f"retired_pages.{kind}.count"))
-               for kind in ("single_bit_ecc", "double_bit")]  # fmt: skip
+    retired = [_number(gpu.get("retired_pages.single_bit_ecc.count")),
+               _number(gpu.get("retired_pages.double_bit.count"))]  # fmt: skip
     total = sum(count for count in retired if count is not None)
     if total >= RETIRED_PAGES_WARN:
         evidence = f"{total} pages retired (of at most 64)"
@@ -106,7 +107,7 @@ def retired_page_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str
 def _graded(
     check_id: str,
     facts: Facts,
-    problems_of: Any,
+    problems_of: Callable[[GpuDevice], list[Problem]],
     *,
     what: str,
     ok: str,
@@ -141,7 +142,7 @@ def _graded(
     return findings
 
 
-def pcie_width_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+def pcie_width_problems(gpu: GpuDevice) -> list[Problem]:
     """A link trained narrower than its maximum (x8 of x16 halves host bandwidth). The
     generation is not judged: it drops to gen 1 whenever the GPU is idle."""
     current = _number(gpu.get("pcie.link.width.current"))
@@ -157,13 +158,13 @@ def pcie_width_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]
     return [(Status.WARN, evidence, action)]
 
 
-def pcie_replay_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+def pcie_replay_problems(gpu: GpuDevice) -> list[Problem]:
     """Link-level retransmissions counted by the kernel's AER for this GPU since boot."""
     counters = gpu.get("pcie.aer_correctable")
-    if not isinstance(counters, dict):
+    if counters is None:
         return []
     counted = {name: counters[name] for name in PCIE_REPLAY_COUNTERS
-               if isinstance(counters.get(name), int) and counters[name] > 0}  # fmt: skip
+               if counters.get(name, 0) > 0}  # fmt: skip
     total = sum(counted.values())
     if total <= PCIE_REPLAY_WARN:
         return []
@@ -184,7 +185,7 @@ def _pcie_replay(facts: Facts) -> list[Finding]:
     read = {
         host: host_facts
         for host, host_facts in facts.items()
-        if any(isinstance(gpu.get("pcie.aer_correctable"), dict) for gpu in _devices(host_facts))
+        if any(gpu.get("pcie.aer_correctable") is not None for gpu in _devices(host_facts))
     }
     if not read:
         return []
@@ -197,7 +198,7 @@ def _pcie_replay(facts: Facts) -> list[Finding]:
     )
 
 
-def clock_reason_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str]]:
+def clock_reason_problems(gpu: GpuDevice) -> list[Problem]:
     """Active slowdown reasons, with the temperatures they go with."""
     text = str(gpu.get("clocks_event_reasons.active") or "").strip()
     try:
@@ -208,9 +209,12 @@ def clock_reason_problems(gpu: Mapping[str, Any]) -> list[tuple[Status, str, str
     if not active:
         return []
     temperatures = [
-        f"{label} {gpu.get(field)} C"
-        for label, field in (("GPU", "temperature.gpu"), ("memory", "temperature.memory"))
-        if _number(gpu.get(field)) is not None
+        f"{label} {value} C"
+        for label, value in (
+            ("GPU", gpu.get("temperature.gpu")),
+            ("memory", gpu.get("temperature.memory")),
+        )
+        if _number(value) is not None
     ]
     evidence = f"clocks slowed: {', '.join(active)} ({text})"
     if temperatures:
@@ -264,7 +268,7 @@ BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 NEEDS = {REPLACE: "needs replacement"}
 
 
-def drain_notes(host_facts: Mapping[str, Any]) -> list[str]:
+def drain_notes(host_facts: HostFacts) -> list[str]:
     """Short words for a Slurm drain reason, `GPU 3 00000000:4B:00.0 remap pending needs
     reset`, for each failing memory repair. Node text never reaches it: the index must be
     digits and the bus id a bus id, else `?`."""

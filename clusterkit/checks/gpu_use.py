@@ -8,11 +8,11 @@ image is available"), and a CPU wheel of torch on a GPU node. Pure functions ove
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, section
+from clusterkit.checks.parity import Facts
+from clusterkit.facts import GpuFacts, HostFacts, TorchFacts, collected
 from clusterkit.inventory.model import Expectations
 
 Remedy = Callable[[str, list[str]], "str | None"]
@@ -23,15 +23,16 @@ NO_GPU = "no host with NVIDIA GPUs reported facts"
 WHEEL_VARIANTS = ("13.0", "12.9", "12.8", "12.6", "12.4", "12.1", "11.8")
 
 
-def _gpu_hosts(facts: Facts) -> dict[str, dict[str, Any]]:
+def _gpu_hosts(facts: Facts) -> dict[str, GpuFacts]:
     """Hosts whose nvidia-smi answered with at least one GPU: their GPU facts."""
-    return {h: section(f, "gpus") for h, f in facts.items() if section(f, "gpus").get("count")}
+    gpus = {host: collected(f.get("gpus")) for host, f in facts.items()}
+    return {host: found for host, found in gpus.items() if found.get("count")}
 
 
-def _cuda_torch(f: Mapping[str, Any]) -> dict[str, Any]:
+def _cuda_torch(f: HostFacts) -> TorchFacts:
     """torch's facts where it is a CUDA build that was imported (device facts known)."""
-    torch = section(f, "torch")
-    return torch if torch.get("cuda") and torch.get("imported") else {}
+    torch = collected(f.get("torch"))
+    return torch if torch.get("cuda") and torch.get("imported") else TorchFacts()
 
 
 def busy_findings(facts: Facts, busy_mib: int = DEFAULT_BUSY_MIB) -> list[Finding]:
@@ -40,7 +41,7 @@ def busy_findings(facts: Facts, busy_mib: int = DEFAULT_BUSY_MIB) -> list[Findin
     busy: dict[str, str] = {}
     for host, gpus in gpu_hosts.items():
         index = {d.get("uuid"): d.get("index") for d in gpus.get("devices", [])}
-        apps = section(facts[host], "gpu_processes").get("processes") or []
+        apps = collected(facts[host].get("gpu_processes")).get("processes") or []
         parts = [
             f"GPU {index.get(app.get('gpu_uuid'), '?')}: pid {app.get('pid')} "
             f"({app.get('name') or '?'}, {app.get('used_memory_mib', '?')} MiB)"
@@ -78,7 +79,7 @@ def visibility_findings(facts: Facts, expect: Expectations) -> list[Finding]:
         smi = int(gpus["count"])
         wanted = expect.gpus_per_node or smi
         torch = _cuda_torch(facts[host])
-        visible_env = section(facts[host], "env").get("CUDA_VISIBLE_DEVICES")
+        visible_env = collected(facts[host].get("env")).get("CUDA_VISIBLE_DEVICES")
         why = ""
         if torch:
             seen = int(torch.get("device_count") or 0)
@@ -90,7 +91,7 @@ def visibility_findings(facts: Facts, expect: Expectations) -> list[Finding]:
             listed = _visible_count(visible_env)
             if listed < wanted:
                 why = f"CUDA_VISIBLE_DEVICES exposes {listed} of the {wanted} GPUs the job uses"
-        elif not section(facts[host], "torch").get("cuda"):
+        elif not collected(facts[host].get("torch")).get("cuda"):
             continue  # a CPU build of torch sees no GPU at all: torch.cpu-build says so
         checked.append(host)
         if why:
@@ -148,7 +149,7 @@ def arch_findings(facts: Facts) -> list[Finding]:
             continue
         checked.append(host)
         capabilities = set(torch.get("capabilities") or [])
-        capabilities |= {d["compute_cap"] for d in gpus.get("devices", []) if d.get("compute_cap")}
+        capabilities |= {cap for d in gpus.get("devices", []) if (cap := d.get("compute_cap"))}
         unsupported = sorted(c for c in capabilities if not runs_on(c, arch_list))
         if unsupported:
             missing[host] = (
@@ -209,7 +210,7 @@ def cpu_build_findings(facts: Facts, expect: Expectations) -> list[Finding]:
     wheels: dict[str, None] = {}
     gpu_hosts = _gpu_hosts(facts)
     for host, gpus in gpu_hosts.items():
-        torch = section(facts[host], "torch")
+        torch = collected(facts[host].get("torch"))
         if torch.get("present") and not torch.get("cuda") and not torch.get("hip"):
             wheel = _wheel(torch, gpus)
             cpu_on_gpu[host] = f"torch {torch.get('version')} is a CPU build ({wheel})"
@@ -234,7 +235,7 @@ def cpu_build_findings(facts: Facts, expect: Expectations) -> list[Finding]:
     ]
 
 
-def _wheel(torch: Mapping[str, Any], gpus: Mapping[str, Any]) -> str:
+def _wheel(torch: TorchFacts, gpus: GpuFacts) -> str:
     """The install line for the newest CUDA wheel variant this node's driver runs."""
     version = str(torch.get("version") or "").split("+", 1)[0]
     supported = str(gpus.get("cuda_driver") or "")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, parity_finding, section
+from clusterkit.checks.parity import Facts, parity_finding
+from clusterkit.facts import ClockFacts, HostFacts, collected, error_of
 from clusterkit.inventory.model import Expectations
 
 GIB = 1024**3
@@ -53,12 +52,8 @@ def group_hosts(by_host: dict[str, str]) -> str:
 
 
 def gpu_findings(facts: Facts) -> list[Finding]:
-    failing = {
-        h: f["gpus"]["error"]
-        for h, f in facts.items()
-        if isinstance(f.get("gpus"), dict) and "error" in f["gpus"]
-    }
-    with_gpus = [h for h, f in facts.items() if section(f, "gpus").get("count")]
+    failing = {h: error for h, f in facts.items() if (error := error_of(f.get("gpus")))}
+    with_gpus = [h for h, f in facts.items() if collected(f.get("gpus")).get("count")]
     findings = [
         _per_host(
             "gpu.nvidia-smi",
@@ -75,7 +70,7 @@ def gpu_findings(facts: Facts) -> list[Finding]:
     ecc: dict[str, str] = {}
     persistence: dict[str, str] = {}
     for host in with_gpus:
-        devices = section(facts[host], "gpus").get("devices", [])
+        devices = collected(facts[host].get("gpus")).get("devices", [])
         errors = [
             f"GPU {d.get('index')}: {d.get('ecc.errors.uncorrected.volatile.total')}"
             for d in devices
@@ -126,7 +121,7 @@ def gpu_presence_findings(facts: Facts, expect: Expectations) -> list[Finding]:
             )
         ]
     # Hosts whose GPU collector answered; a failed nvidia-smi is gpu.nvidia-smi's finding.
-    answered = {h: section(f, "gpus") for h, f in facts.items() if section(f, "gpus")}
+    answered = {h: collected(f.get("gpus")) for h, f in facts.items() if collected(f.get("gpus"))}
     without = {
         h: gpus.get("reason") or "nvidia-smi lists no GPU"
         for h, gpus in answered.items()
@@ -151,14 +146,15 @@ def memory_findings(facts: Facts) -> list[Finding]:
     """parity.memory: the same RAM on every node (in whole GiB: firmware reservations differ
     by a few MiB); host.memory-free: at least a tenth of it available to the job."""
 
-    def total(f: Mapping[str, Any]) -> int | None:  # older probes: the system section's
-        return section(f, "memory").get("total_bytes") or section(f, "system").get("memory_bytes")
+    def total(f: HostFacts) -> int | None:  # older probes: the system section's
+        memory = collected(f.get("memory")).get("total_bytes")
+        return memory or collected(f.get("system")).get("memory_bytes")
 
     totals = {h: round(size / GIB) for h, f in facts.items() if (size := total(f))}
     parity = parity_finding("parity.memory", "host memory (GiB)", totals)
     low: dict[str, str] = {}
     for host, f in facts.items():
-        size, available = total(f), section(f, "memory").get("available_bytes")
+        size, available = total(f), collected(f.get("memory")).get("available_bytes")
         if size and available is not None and available < size * LOW_MEMORY_FRACTION:
             low[host] = f"{available / GIB:.1f} of {size / GIB:.0f} GiB available"
     free = _per_host(
@@ -192,14 +188,14 @@ CLOCK_WARN_SECONDS = 0.5
 CLOCK_FAIL_SECONDS = 5.0
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: object) -> float | None:
     """A number from a node's facts, or None (facts are data: a string is no number)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def clock_problem(clock: Mapping[str, Any]) -> tuple[Status, str] | None:
+def clock_problem(clock: ClockFacts) -> tuple[Status, str] | None:
     """(status, what is wrong) for one node's clock facts, or None: the offset (chrony's
     estimate of this clock against NTP time) is checked, not only the synchronised flag."""
     offset = _finite(clock.get("offset_seconds"))
@@ -220,20 +216,21 @@ def environment_findings(facts: Facts) -> list[Finding]:
     memlock: dict[str, str] = {}
     limits_checked: list[str] = []
     for host, f in facts.items():
-        limits = section(f, "limits")
+        limits = collected(f.get("limits"))
         if not limits:
             continue
         limits_checked.append(host)
         shm = limits.get("shm_bytes")
         if shm is not None and shm < GIB:
             small_shm[host] = f"/dev/shm is {shm / 2**20:.0f} MiB"
-        soft = (limits.get("memlock") or {}).get("soft", 0)
+        memlock_limit = limits.get("memlock")
+        soft = memlock_limit["soft"] if memlock_limit else 0
         if soft is not None:
             memlock[host] = f"memlock limit {soft // 1024} KiB"
     clock_bad: dict[str, tuple[Status, str]] = {}
     clock_checked: list[str] = []
     for host, f in facts.items():
-        clock = section(f, "clock")
+        clock = collected(f.get("clock"))
         if clock.get("synchronized") is None:
             continue
         clock_checked.append(host)
@@ -241,7 +238,9 @@ def environment_findings(facts: Facts) -> list[Finding]:
         if problem:
             clock_bad[host] = problem
     debug_vars = {
-        host: ", ".join(f"{k}={v}" for k, v in section(f, "env").items() if k in NCCL_DEBUG_ONLY)
+        host: ", ".join(
+            f"{k}={v}" for k, v in collected(f.get("env")).items() if k in NCCL_DEBUG_ONLY
+        )
         for host, f in facts.items()
     }
     debug_vars = {h: v for h, v in debug_vars.items() if v}

@@ -9,11 +9,11 @@ validated settings passed. Pure: facts and the inventory in, findings out.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
 from clusterkit.checks.interfaces import interface_rank
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, section, torch_cuda
+from clusterkit.checks.parity import Facts, torch_cuda
+from clusterkit.facts import HostFacts, InterfaceFacts, collected
 from clusterkit.inventory.model import Inventory
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -37,7 +37,7 @@ def expected_world_size(facts: Facts, inventory: Inventory) -> int:
     if any(torch_cuda(f) in (None, "cpu") for f in facts.values()):
         per_node = settings.expect.gpus_per_node or 1
     else:
-        counts = [int(section(f, "gpus").get("count") or 0) for f in facts.values()]
+        counts = [int(collected(f.get("gpus")).get("count") or 0) for f in facts.values()]
         per_node = settings.expect.gpus_per_node or (min(counts) if counts else 0) or 1
     return len(inventory.hosts) * per_node
 
@@ -58,7 +58,7 @@ def _job_vars(facts: Facts, inventory: Inventory) -> Finding:
     world = expected_world_size(facts, inventory)
     wrong: dict[str, str] = {}
     for host, f in facts.items():
-        env = section(f, "env")
+        env = collected(f.get("env"))
         problems = []
         if env.get("MASTER_ADDR") and env["MASTER_ADDR"] not in masters:
             problems.append(f"MASTER_ADDR={env['MASTER_ADDR']} (checked: {sorted(masters)[0]})")
@@ -86,19 +86,19 @@ def _job_vars(facts: Facts, inventory: Inventory) -> Finding:
     )
 
 
-def _usable(iface: dict[str, Any]) -> bool:
+def _usable(iface: InterfaceFacts) -> bool:
     """Up, with an IPv4 address: what NCCL or gloo could bind."""
     if iface.get("state") not in ("up", "unknown") or "UP" not in (iface.get("flags") or []):
         return False
     return any("." in address for address in iface.get("addresses") or [])
 
 
-def candidate_interfaces(f: dict[str, Any], route: str | None = None) -> list[str]:
+def candidate_interfaces(f: HostFacts, route: str | None = None) -> list[str]:
     """Interfaces NCCL or gloo could pick, by kind (checks/interfaces.py interface_rank): NICs,
     bonds, VLANs and IPoIB; virtual ones (a container's veth) only where no NIC is; never
     loopback, bridges, tunnels or container networks, unless it is `route`, the interface
     that carries the traffic to the master."""
-    interfaces = section(f, "network").get("interfaces") or {}
+    interfaces = collected(f.get("network")).get("interfaces") or {}
     ranked: dict[str, int] = {}
     for name, iface in sorted(interfaces.items()):
         if "LOOPBACK" in (iface.get("flags") or []) or not _usable(iface):
@@ -112,9 +112,9 @@ def candidate_interfaces(f: dict[str, Any], route: str | None = None) -> list[st
     return [name for name, rank in ranked.items() if rank == best or name == route]
 
 
-def _holding(f: dict[str, Any], target: IPAddress, *, exact: bool = False) -> str | None:
+def _holding(f: HostFacts, target: IPAddress, *, exact: bool = False) -> str | None:
     """The interface that has `target` (exact), or whose subnet holds it."""
-    for name, iface in (section(f, "network").get("interfaces") or {}).items():
+    for name, iface in (collected(f.get("network")).get("interfaces") or {}).items():
         for entry in iface.get("addresses") or []:
             try:
                 held = ipaddress.ip_interface(entry)
@@ -125,10 +125,10 @@ def _holding(f: dict[str, Any], target: IPAddress, *, exact: bool = False) -> st
     return None
 
 
-def _longest_prefix(f: dict[str, Any], target: IPAddress) -> str | None:
+def _longest_prefix(f: HostFacts, target: IPAddress) -> str | None:
     """The device of the main routing table's longest prefix holding `target`."""
     best: tuple[int, str] | None = None
-    for route in section(f, "network").get("routes") or []:
+    for route in collected(f.get("network")).get("routes") or []:
         destination = str(route.get("dst"))
         try:
             network = ipaddress.ip_network(
@@ -142,22 +142,22 @@ def _longest_prefix(f: dict[str, Any], target: IPAddress) -> str | None:
     return best[1] if best else None
 
 
-def route_interface(f: dict[str, Any], target: IPAddress) -> str | None:
+def route_interface(f: HostFacts, target: IPAddress) -> str | None:
     """The interface a node sends `target` through, as the kernel picks it: the one having
     the address, else the longest matching prefix of its main routing table (the probe's
     `network.routes`), else (facts without routes) the one whose subnet holds it."""
     return _holding(f, target, exact=True) or _longest_prefix(f, target) or _holding(f, target)
 
 
-def _default_route(f: dict[str, Any]) -> str | None:
+def _default_route(f: HostFacts) -> str | None:
     """The interface of the node's default route, if the probe read one."""
-    for route in section(f, "network").get("routes") or []:
+    for route in collected(f.get("network")).get("routes") or []:
         if route.get("dst") == "default":
             return str(route.get("dev"))
     return None
 
 
-def _collective_route(f: dict[str, Any], master: IPAddress | None, own: str) -> str | None:
+def _collective_route(f: HostFacts, master: IPAddress | None, own: str) -> str | None:
     """The interface the node's collectives should use: the route to the master, else the one
     holding the node's own inventory address (where clusterkit reached it), else the default
     route."""
@@ -187,9 +187,10 @@ def master_address(facts: Facts, inventory: Inventory) -> IPAddress | None:
     for text in (settings.master, master.address):
         if address := _address(text):
             return address
-    own = dict(facts.get(master.name) or {})
-    interfaces = section(own, "network").get("interfaces") or {}
-    for entry in (interfaces.get(_default_route(own)) or {}).get("addresses") or []:
+    own = facts.get(master.name) or HostFacts()
+    interfaces = collected(own.get("network")).get("interfaces") or {}
+    route = _default_route(own)
+    for entry in interfaces.get(route, {}).get("addresses", []) if route else []:
         if address := _address(str(entry).split("/")[0]):
             return address
     return None
@@ -206,11 +207,11 @@ def _socket_ifname(facts: Facts, inventory: Inventory) -> Finding:
     addresses = {host.name: host.address for host in inventory.hosts}
     ambiguous: dict[str, str] = {}
     for host, f in facts.items():
-        env = section(f, "env")
+        env = collected(f.get("env"))
         if env.get("NCCL_SOCKET_IFNAME") or env.get("GLOO_SOCKET_IFNAME"):
             continue
-        route = _collective_route(dict(f), master, addresses.get(host, ""))
-        candidates = candidate_interfaces(dict(f), route)
+        route = _collective_route(f, master, addresses.get(host, ""))
+        candidates = candidate_interfaces(f, route)
         if len(candidates) > 1:
             chosen = route if route in candidates else candidates[0]
             ambiguous[host] = (

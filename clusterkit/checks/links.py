@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from clusterkit.checks.gpu_health import gpu_label
 from clusterkit.checks.model import Finding, Status, over_hosts
-from clusterkit.checks.parity import Facts, majority, section
+from clusterkit.checks.parity import Facts, majority
+from clusterkit.facts import HostFacts, IbPort, NvlinkGpu, collected
 
 # More CRC errors on one link than this fails: DCGM's health watch fails NVLink CRC errors
 # at 100 per second and warns below; without a rate, 100 since the driver loaded is the bound.
@@ -53,19 +53,19 @@ def _graded(
 # -- NVLink ---------------------------------------------------------------------------------
 
 
-def _gpu_name(host_facts: Mapping[str, Any], index: Any) -> str:
+def _gpu_name(host_facts: HostFacts, index: str) -> str:
     """'GPU 3 (bus id, serial)' from nvidia-smi's query when it lists the index."""
-    for gpu in section(host_facts, "gpus").get("devices") or []:
-        if isinstance(gpu, dict) and str(gpu.get("index")) == str(index):
+    for gpu in collected(host_facts.get("gpus")).get("devices") or []:
+        if gpu.get("index") == index:
             return gpu_label(gpu)
     return f"GPU {index}"
 
 
-def _nvlink_gpus(host_facts: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [g for g in section(host_facts, "nvlink").get("gpus") or [] if isinstance(g, dict)]
+def _nvlink_gpus(host_facts: HostFacts) -> list[NvlinkGpu]:
+    return collected(host_facts.get("nvlink")).get("gpus") or []
 
 
-def _active(gpu: Mapping[str, Any], link: int) -> bool:
+def _active(gpu: NvlinkGpu, link: int) -> bool:
     links = gpu.get("links") or []
     return link < len(links) and bool(links[link])
 
@@ -75,8 +75,9 @@ def inactive_links(facts: Facts) -> dict[str, dict[str, list[int]]]:
     node, or the same GPU on most other NVLink nodes (a node whose fabric manager is down
     shows every link inactive)."""
     nvlink_hosts = [h for h, f in facts.items() if any(g.get("links") for g in _nvlink_gpus(f))]
-    up_somewhere = [h for h in nvlink_hosts if any(section(facts[h], "nvlink").get("active_links")
-                                                   or [])]  # fmt: skip
+    up_somewhere = [
+        h for h in nvlink_hosts if any(collected(facts[h].get("nvlink")).get("active_links", []))
+    ]
     if not up_somewhere:
         return {}
     down: dict[str, dict[str, list[int]]] = {}
@@ -112,14 +113,14 @@ def nvlink_down_evidence(facts: Facts, host: str, gpu_links: Mapping[str, list[i
     return "; ".join(parts)
 
 
-def _numbered(item: tuple[Any, Any]) -> tuple[int, str]:
+def _numbered(item: tuple[str, object]) -> tuple[int, str]:
     """Sort key of a GPU or link number as a dict key: numbers in order, odd keys last."""
-    key = str(item[0])
+    key = item[0]
     return (int(key) if key.isdigit() else 1 << 30, key)
 
 
-def _nvlink_counter_problems(host: str, host_facts: Mapping[str, Any]) -> list[Problem]:
-    nvlink = section(host_facts, "nvlink")
+def _nvlink_counter_problems(host: str, host_facts: HostFacts) -> list[Problem]:
+    nvlink = collected(host_facts.get("nvlink"))
     problems: list[Problem] = []
     if nvlink.get("errors_error"):
         evidence = f"NVLink error counters unreadable: {nvlink['errors_error']}"
@@ -128,7 +129,7 @@ def _nvlink_counter_problems(host: str, host_facts: Mapping[str, Any]) -> list[P
         name = _gpu_name(host_facts, index)
         for link, counters in sorted(links.items(), key=_numbered):
             for counter, count in sorted(counters.items()):
-                if not isinstance(count, int) or count <= 0:
+                if count <= 0:
                     continue
                 status = (
                     Status.FAIL if "crc" in counter and count > NVLINK_CRC_FAIL else Status.WARN
@@ -146,7 +147,7 @@ def _nvlink_counter_problems(host: str, host_facts: Mapping[str, Any]) -> list[P
 def nvlink_error_findings(facts: Facts) -> list[Finding]:
     """gpu.nvlink-errors: none when no node read NVLink error counters (no NVLink)."""
     checked = [h for h, f in facts.items()
-               if {"errors", "errors_error"} & set(section(f, "nvlink"))]  # fmt: skip
+               if {"errors", "errors_error"} & set(collected(f.get("nvlink")))]  # fmt: skip
     if not checked:
         return []
     problems = [p for host in checked for p in _nvlink_counter_problems(host, facts[host])]
@@ -162,19 +163,18 @@ def nvlink_error_findings(facts: Facts) -> list[Finding]:
 # -- InfiniBand ports -----------------------------------------------------------------------
 
 
-def _ports(host_facts: Mapping[str, Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
-    for device in section(host_facts, "infiniband").get("devices") or []:
-        for port in device.get("ports") or [] if isinstance(device, dict) else []:
-            if isinstance(port, dict):
-                yield str(device.get("name")), str(port.get("port")), port
+def _ports(host_facts: HostFacts) -> Iterable[tuple[str, str, IbPort]]:
+    for device in collected(host_facts.get("infiniband")).get("devices") or []:
+        for port in device.get("ports") or []:
+            yield str(device.get("name")), str(port.get("port")), port
 
 
-def _is_up(port: Mapping[str, Any]) -> bool:
+def _is_up(port: IbPort) -> bool:
     state = str(port.get("state") or "").upper()
     return state == "ACTIVE" and port.get("phys_state") in (None, "LinkUp")
 
 
-def _down_status(port: Mapping[str, Any], peers: Mapping[str, Any], alone: bool) -> Status | None:
+def _down_status(port: IbPort, peers: Mapping[str, IbPort], alone: bool) -> Status | None:
     """How a port that is not up counts; None: not in use. Among peers, a port down on most
     of them is unused. Alone (node-check), a port that never came up (no link_downed count,
     no physical link) may be an uncabled spare and warns; one that went down, or trained
@@ -182,8 +182,7 @@ def _down_status(port: Mapping[str, Any], peers: Mapping[str, Any], alone: bool)
     if port.get("phys_state") == "Disabled":
         return None
     if alone:
-        downed = (port.get("counters") or {}).get("link_downed")
-        went_down = isinstance(downed, int) and downed > 0
+        went_down = port.get("counters", {}).get("link_downed", 0) > 0
         return Status.FAIL if went_down or port.get("phys_state") == "LinkUp" else Status.WARN
     unused = peers and sum(not _is_up(p) for p in peers.values()) * 2 >= len(peers)
     return None if unused else Status.FAIL
@@ -215,7 +214,7 @@ def _port_problems(facts: Facts, host: str, alone: bool = False) -> list[Problem
             problems.append((Status.FAIL, host, evidence, action))
         counters = port.get("counters") or {}
         high = [f"{name} {counters[name]}" for name, bound in IB_COUNTER_WARN.items()
-                if isinstance(counters.get(name), int) and counters[name] > bound]  # fmt: skip
+                if counters.get(name, 0) > bound]  # fmt: skip
         if high:
             problems.append((Status.WARN, host, f"{where}: {', '.join(high)}", action))
     return problems
@@ -242,12 +241,12 @@ def ib_port_findings(facts: Facts, *, alone: bool = False) -> list[Finding]:
 HCA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 
 
-def _digits(value: Any) -> str:
+def _digits(value: object) -> str:
     text = str(value)
     return text if text.isdigit() and len(text) <= 4 else "?"
 
 
-def drain_notes(host: str, host_facts: Mapping[str, Any]) -> list[str]:
+def drain_notes(host: str, host_facts: HostFacts) -> list[str]:
     """Short words for a Slurm drain reason, one per failing link of this node judged alone:
     `GPU 2 NVLink 7,9 down needs reset`, `GPU 0 NVLink 17 CRC errors needs reset`,
     `IB mlx5_3 port 1 down needs link check`. Node text never reaches it: indexes and link
@@ -257,12 +256,11 @@ def drain_notes(host: str, host_facts: Mapping[str, Any]) -> list[str]:
     for index, links in inactive_links({host: host_facts}).get(host, {}).items():
         shown = ",".join(_digits(link) for link in links)
         notes.append(f"GPU {_digits(index)} NVLink {shown} down needs reset")
-    errors = section(host_facts, "nvlink").get("errors") or {}
-    for index, gpu_links in errors.items() if isinstance(errors, dict) else []:
-        for link, counters in gpu_links.items() if isinstance(gpu_links, dict) else []:
-            counts = counters.items() if isinstance(counters, dict) else []
-            if any("crc" in str(counter) and isinstance(count, int) and count > NVLINK_CRC_FAIL
-                   for counter, count in counts):  # fmt: skip
+    errors = collected(host_facts.get("nvlink")).get("errors") or {}
+    for index, gpu_links in errors.items():
+        for link, counters in gpu_links.items():
+            if any("crc" in counter and count > NVLINK_CRC_FAIL
+                   for counter, count in counters.items()):  # fmt: skip
                 notes.append(f"GPU {_digits(index)} NVLink {_digits(link)} CRC errors needs reset")
     for hca, number, port in _ports(host_facts):
         if not _is_up(port) and _down_status(port, {}, True) is Status.FAIL:

@@ -7,57 +7,53 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts
+from clusterkit.facts import FactsByHost, HostFacts, collected
 from clusterkit.words import counted
 
-Facts = Mapping[str, Mapping[str, Any]]
-Extractor = Callable[[Mapping[str, Any]], Any]
+Facts = FactsByHost
+Extractor = Callable[[HostFacts], object]
 
 
-def section(facts: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """A collector's facts, or {} when it failed (its error is reported by its own check)."""
-    value = facts.get(name)
-    return value if isinstance(value, dict) and "error" not in value else {}
-
-
-def _gpu_models(f: Mapping[str, Any]) -> str | None:
-    names = sorted({d.get("name") or "?" for d in section(f, "gpus").get("devices", [])})
+def _gpu_models(f: HostFacts) -> str | None:
+    names = sorted({d.get("name") or "?" for d in collected(f.get("gpus")).get("devices", [])})
     return ", ".join(names) or None
 
 
-def nccl_version(f: Mapping[str, Any]) -> str | None:
+def nccl_version(f: HostFacts) -> str | None:
     """The NCCL torch actually loads when it was imported, else the installed NCCL wheel."""
-    torch = section(f, "torch")
+    torch = collected(f.get("torch"))
     return torch.get("nccl") or torch.get("nccl_wheel")
 
 
-def torch_cuda(f: Mapping[str, Any]) -> str | None:
-    torch = section(f, "torch")
+def torch_cuda(f: HostFacts) -> str | None:
+    torch = collected(f.get("torch"))
     if not torch.get("present"):
         return None
-    return torch.get("cuda") or ("rocm " + torch["hip"] if torch.get("hip") else "cpu")
+    hip = torch.get("hip")
+    return torch.get("cuda") or (f"rocm {hip}" if hip else "cpu")
 
 
-def _gpu_count(f: Mapping[str, Any]) -> int | None:
-    gpus = section(f, "gpus")
+def _gpu_count(f: HostFacts) -> int | None:
+    gpus = collected(f.get("gpus"))
     return gpus.get("count") if gpus else None
 
 
 # (check id, what, extractor, playbook tag that fixes a mismatch or None)
 PARITY: tuple[tuple[str, str, Extractor, str | None], ...] = (
-    ("parity.driver", "NVIDIA driver", lambda f: section(f, "gpus").get("driver"), "nvidia"),
+    ("parity.driver", "NVIDIA driver", lambda f: collected(f.get("gpus")).get("driver"), "nvidia"),
     (
         "parity.cuda-driver",
         "CUDA version the driver supports",
-        lambda f: section(f, "gpus").get("cuda_driver"),
+        lambda f: collected(f.get("gpus")).get("cuda_driver"),
         "nvidia",
     ),
     ("parity.gpu-model", "GPU model", _gpu_models, None),
     ("parity.gpu-count", "GPU count", _gpu_count, None),
-    ("parity.torch", "torch", lambda f: section(f, "torch").get("version"), None),
+    ("parity.torch", "torch", lambda f: collected(f.get("torch")).get("version"), None),
     ("parity.torch-cuda", "torch CUDA build", torch_cuda, None),
     ("parity.nccl", "NCCL", nccl_version, None),
-    ("parity.python", "Python", lambda f: section(f, "python").get("version"), None),
-    ("parity.kernel", "kernel", lambda f: section(f, "system").get("kernel"), None),
+    ("parity.python", "Python", lambda f: collected(f.get("python")).get("version"), None),
+    ("parity.kernel", "kernel", lambda f: collected(f.get("system")).get("kernel"), None),
 )
 
 

@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts
-from clusterkit.checks.parity import Facts, nccl_version, section
+from clusterkit.checks.parity import Facts, nccl_version
+from clusterkit.facts import HostFacts, TorchFacts, collected, error_of
 from clusterkit.inventory.model import Expectations
 from clusterkit.versions import (
     Constraint,
@@ -16,11 +17,11 @@ from clusterkit.versions import (
     parse_version,
 )
 
-PINS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], Any], str | None], ...] = (
-    ("driver", "NVIDIA driver", lambda f: section(f, "gpus").get("driver"), "nvidia"),
-    ("torch", "torch", lambda f: section(f, "torch").get("version"), None),
+PINS: tuple[tuple[str, str, Callable[[HostFacts], str | None], str | None], ...] = (
+    ("driver", "NVIDIA driver", lambda f: collected(f.get("gpus")).get("driver"), "nvidia"),
+    ("torch", "torch", lambda f: collected(f.get("torch")).get("version"), None),
     ("nccl", "NCCL", nccl_version, None),
-    ("python", "Python", lambda f: section(f, "python").get("version"), None),
+    ("python", "Python", lambda f: collected(f.get("python")).get("version"), None),
 )
 
 
@@ -28,7 +29,7 @@ def expectation_findings(facts: Facts, expect: Expectations) -> list[Finding]:
     """One finding per pin that is set; a host that cannot report the value fails the pin."""
     findings = []
     if expect.gpus_per_node is not None:
-        counts = {h: section(f, "gpus").get("count") for h, f in facts.items()}
+        counts = {h: collected(f.get("gpus")).get("count") for h, f in facts.items()}
         findings.append(
             _pin(
                 "expect.gpus_per_node",
@@ -80,9 +81,9 @@ def _cuda_pin(facts: Facts, wanted: str) -> Finding:
     constraint = Constraint(wanted)
     bad: dict[str, str] = {}
     for host, f in facts.items():
-        torch = section(f, "torch")
+        torch = collected(f.get("torch"))
         torch_cuda = torch.get("cuda")
-        driver = section(f, "gpus").get("driver")
+        driver = collected(f.get("gpus")).get("driver")
         if torch_cuda is not None and not constraint.matches(torch_cuda):
             bad[host] = f"torch built for CUDA {torch_cuda}"
         elif torch_cuda is None:
@@ -109,16 +110,16 @@ def torch_findings(facts: Facts, *, machine_only: bool = False) -> list[Finding]
     alone, where a missing torch says what the machine can run (a warning)."""
     if not facts:
         return [Finding("torch.present", Status.SKIP, "not checked: no host reported facts")]
-    missing = {}
-    broken = {}
+    missing: dict[str, str] = {}
+    broken: dict[str, str] = {}
     for host, f in facts.items():
-        torch = f.get("torch") or {}
-        if "error" in torch:
-            broken[host] = torch["error"]
+        torch = f.get("torch") or TorchFacts()
+        if (error := error_of(torch)) is not None:
+            broken[host] = error
         elif not torch.get("present"):
             missing[host] = torch.get("interpreter", "python")
-        elif torch.get("import_error"):
-            broken[host] = torch["import_error"]
+        elif import_error := torch.get("import_error"):
+            broken[host] = import_error
     findings = []
     if missing and machine_only:
         findings.append(_machine_without_torch(missing))
@@ -145,7 +146,7 @@ def torch_findings(facts: Facts, *, machine_only: bool = False) -> list[Finding]
     no_numpy = [
         host
         for host, f in facts.items()
-        if (f.get("torch") or {}).get("present") and (f.get("torch") or {}).get("numpy") is False
+        if (torch := f.get("torch") or TorchFacts()).get("present") and torch.get("numpy") is False
     ]
     if no_numpy:
         findings.append(
@@ -215,8 +216,8 @@ def driver_cuda_findings(facts: Facts) -> list[Finding]:
     verdicts: dict[Status, dict[str, str]] = {Status.FAIL: {}, Status.WARN: {}}
     checked: list[str] = []
     for host, f in facts.items():
-        driver = section(f, "gpus").get("driver")
-        torch = section(f, "torch")
+        driver = collected(f.get("gpus")).get("driver")
+        torch = collected(f.get("torch"))
         cuda = torch.get("cuda")
         if not driver or not cuda or not parse_version(cuda):
             continue

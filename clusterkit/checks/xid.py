@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.checks.parity import Facts, section
+from clusterkit.checks.parity import Facts
+from clusterkit.facts import GpuDevice, HostFacts, KernelEvent, collected
 
 # What each action asks of a person, most drastic last: a node's worst decides its remedy.
 ACTIONS = ("app", "update", "reset", "reboot", "replace")
@@ -68,49 +68,66 @@ def normal_bus_id(bus_id: str | None) -> str | None:
     return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2].split('.')[0]}"
 
 
-def _gpus_by_bus(facts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    devices = section(facts, "gpus").get("devices") or []
-    return {
-        bus: device
-        for device in devices
-        if isinstance(device, dict) and (bus := normal_bus_id(device.get("pci.bus_id")))
-    }
+class EventGroup(TypedDict):
+    """The events of one (device, code), as a finding's `found` shows them."""
+
+    pci: str
+    code: int
+    count: int
+    last: str | None
+    text: str | None
+    index: str | None  # the GPU's, where nvidia-smi lists the bus id
+    uuid: str | None
+    mnemonic: str
+    bucket: str
+    status: str
+    action: str
 
 
-def _events_of(facts: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
-    events = section(facts, "kernel_log").get("events") or []
-    return [e for e in events if isinstance(e, dict) and e.get("kind") == kind]
+def _gpus_by_bus(facts: HostFacts) -> dict[str, GpuDevice]:
+    devices = collected(facts.get("gpus")).get("devices") or []
+    return {bus: device for device in devices if (bus := normal_bus_id(device.get("pci.bus_id")))}
 
 
-def group_events(facts: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
+def _events_of(facts: HostFacts, kind: str) -> list[KernelEvent]:
+    events = collected(facts.get("kernel_log")).get("events") or []
+    return [e for e in events if e.get("kind") == kind]
+
+
+def group_events(facts: HostFacts, kind: str) -> list[EventGroup]:
     """One entry per (device, code): count, last time and text, the GPU's index and UUID
     where nvidia-smi lists the bus id, and the catalog's verdict; worst first."""
     gpus = _gpus_by_bus(facts)
-    groups: dict[tuple[str, int], dict[str, Any]] = {}
+    events: dict[tuple[str, int], list[KernelEvent]] = {}
     for event in _events_of(facts, kind):
-        key = (str(event.get("pci")), int(event.get("code") or 0))
-        group = groups.setdefault(key, {"pci": key[0], "code": key[1], "count": 0})
-        group["count"] += 1
-        group["last"] = event.get("time")
-        group["text"] = event.get("text")
-    for group in groups.values():
-        verdict = classify(kind, group["code"], group.get("text") or "")
-        gpu = gpus.get(group["pci"], {})
-        group.update(
-            index=gpu.get("index"),
-            uuid=gpu.get("uuid"),
-            mnemonic=verdict.mnemonic,
-            bucket=verdict.bucket,
-            status=verdict.severity.value,
-            action=verdict.action,
+        events.setdefault((str(event.get("pci")), event.get("code", 0)), []).append(event)
+    groups = []
+    for (pci, code), seen in events.items():
+        text = seen[-1].get("text")
+        verdict = classify(kind, code, text or "")
+        gpu = gpus.get(pci, {})
+        groups.append(
+            EventGroup(
+                pci=pci,
+                code=code,
+                count=len(seen),
+                last=seen[-1].get("time"),
+                text=text,
+                index=gpu.get("index"),
+                uuid=gpu.get("uuid"),
+                mnemonic=verdict.mnemonic,
+                bucket=verdict.bucket,
+                status=verdict.severity.value,
+                action=verdict.action,
+            )
         )
     return sorted(
-        groups.values(),
+        groups,
         key=lambda g: (g["status"] != "fail", -ACTIONS.index(g["action"]), g["pci"], g["code"]),
     )
 
 
-def _device(group: dict[str, Any], kind: str) -> str:
+def _device(group: EventGroup, kind: str) -> str:
     if kind == "sxid":
         return f"NVSwitch {group['pci']}"
     if group.get("index") is None:
@@ -119,7 +136,7 @@ def _device(group: dict[str, Any], kind: str) -> str:
     return f"GPU {group['index']} ({group['pci']}{uuid})"
 
 
-def describe_group(group: dict[str, Any], kind: str) -> str:
+def describe_group(group: EventGroup, kind: str) -> str:
     label = "SXid" if kind == "sxid" else "Xid"
     last = f", last {group['last']}" if group.get("last") else ""
     return (
@@ -128,7 +145,7 @@ def describe_group(group: dict[str, Any], kind: str) -> str:
     )
 
 
-def remedy_for(group: dict[str, Any], kind: str) -> str:
+def remedy_for(group: EventGroup, kind: str) -> str:
     """What to do about one device, by the catalog's action."""
     action = group["action"]
     gpu = f"-i {group['index']}" if group.get("index") is not None else f"-i {group['pci']}"
@@ -149,7 +166,7 @@ def remedy_for(group: dict[str, Any], kind: str) -> str:
     return "check the application that faulted; no node action unless it repeats"
 
 
-def _host_finding(check_id: str, host: str, groups: list[dict[str, Any]], kind: str) -> Finding:
+def _host_finding(check_id: str, host: str, groups: list[EventGroup], kind: str) -> Finding:
     worst = groups[0]
     status = Status.FAIL if worst["status"] == "fail" else Status.WARN
     lines = "; ".join(describe_group(g, kind) for g in groups)
@@ -170,10 +187,10 @@ def _events_findings(facts: Facts, kind: str, check_id: str, ok: str) -> list[Fi
     blind: dict[str, str] = {}
     for host, host_facts in facts.items():
         log = host_facts.get("kernel_log")
-        if not isinstance(log, dict):
+        if log is None:
             continue
         if "error" in log:
-            if kind == "xid" and section(host_facts, "gpus").get("count"):
+            if kind == "xid" and collected(host_facts.get("gpus")).get("count"):
                 blind[host] = str(log["error"])
             continue
         groups = group_events(host_facts, kind)

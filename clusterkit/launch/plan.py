@@ -11,9 +11,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from clusterkit.checks.parity import torch_cuda
+from clusterkit.facts import FactsByHost, collected
 from clusterkit.rundir import RUN_DIR, folder_name, make_folder_line, shell_line, shell_word
 from clusterkit.versions import parse_version
 
@@ -156,7 +156,7 @@ class NodeLaunch:
 def ranks_per_node(
     flag: int | None,
     expected_gpus: int | None,
-    facts: Mapping[str, Mapping[str, Any]],
+    facts: FactsByHost,
 ) -> int:
     """--nproc-per-node, else the GPUs every node has (when torch can use them), else 1.
     Without facts (nothing checked) the inventory's expect.gpus_per_node stands for them."""
@@ -170,7 +170,7 @@ def ranks_per_node(
         return 1  # a CPU build of torch: one gloo rank per node
     if expected_gpus:
         return expected_gpus
-    counts = [int((f.get("gpus") or {}).get("count") or 0) for f in facts.values()]
+    counts = [collected(f.get("gpus")).get("count", 0) for f in facts.values()]
     return max(1, min(counts)) if counts else 1
 
 

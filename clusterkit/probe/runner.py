@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.errors import TransportError
+from clusterkit.facts import PROBE_VERSION, HostFacts, MalformedFacts, parse_facts
 from clusterkit.inventory.model import Inventory
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.nodescript import (
@@ -25,7 +26,7 @@ COLLECTOR = "collector"  # clusterkit/node/collector.py
 
 @dataclass
 class ProbeResults:
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    facts: dict[str, HostFacts] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)  # host -> why no facts
 
 
@@ -34,9 +35,10 @@ def interpreter_for(inventory: Inventory, host: str) -> str:
 
 
 def probe_host(
-    transport: Transport, interpreter: str, options: dict[str, Any], deadline: Deadline
-) -> dict[str, Any]:
-    """Run the collector on one host; raise TransportError with the reason when it fails."""
+    transport: Transport, interpreter: str, options: Mapping[str, Any], deadline: Deadline
+) -> HostFacts:
+    """Run the collector on one host and type its facts; raise TransportError with the
+    reason when it fails or sends facts of another shape (clusterkit/facts.py)."""
     # run_node_script starts it with -S: the collector adds site-packages itself.
     result = run_node_script(
         transport,
@@ -46,11 +48,15 @@ def probe_host(
         deadline=deadline,
         what="the probe",
     )
-    facts = result.get("facts")
-    if not isinstance(facts, dict):
-        failure = ScriptFailure("broken", "the probe sent a result without facts")
-        raise NodeScriptError(transport.host, failure)
-    return facts
+    version = result.get("probe_version")
+    if version != PROBE_VERSION:
+        why = f"the probe sent facts of version {version!r}, not {PROBE_VERSION}"
+        raise NodeScriptError(transport.host, ScriptFailure("broken", why))
+    try:
+        return parse_facts(result.get("facts"))
+    except MalformedFacts as error:
+        failure = ScriptFailure("broken", f"the probe sent malformed facts: {error}")
+        raise NodeScriptError(transport.host, failure) from None
 
 
 def probe_all(
@@ -67,7 +73,7 @@ def probe_all(
     wave gets as long as one in the first)."""
     probe_options = inventory.settings.probe.options()
 
-    def one(name: str) -> dict[str, Any]:
+    def one(name: str) -> HostFacts:
         own = deadline
         if host_seconds is not None:
             own = Deadline(min(deadline.at, time.monotonic() + host_seconds))

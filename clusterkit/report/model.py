@@ -7,6 +7,7 @@ from typing import Any
 
 from clusterkit import __version__
 from clusterkit.checks.model import Finding, Status
+from clusterkit.facts import PROBE_VERSION, HostEntry
 from clusterkit.status import ExitStatus
 
 SCHEMA_VERSION = 1
@@ -18,7 +19,7 @@ class Report:
     command: str
     inventory: str | None
     findings: list[Finding]
-    hosts: dict[str, dict[str, Any]]  # name -> {"reachable", "address", "error", "facts"}
+    hosts: dict[str, HostEntry]
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "ran" or why skipped
     details: dict[str, Any] = field(default_factory=dict)  # stage -> raw data for JSON
     text_blocks: dict[str, list[str]] = field(default_factory=dict)  # stage -> extra lines
@@ -48,6 +49,7 @@ class Report:
         return {
             "schema_version": SCHEMA_VERSION,
             "clusterkit_version": __version__,
+            "probe_version": PROBE_VERSION,
             "command": self.command,
             "inventory": self.inventory,
             "verdict": self.verdict,

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import IO
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.checks.parity import nccl_version, section, torch_cuda
+from clusterkit.checks.parity import nccl_version, torch_cuda
+from clusterkit.facts import HostFacts, collected
 from clusterkit.report.escape import printable
 from clusterkit.report.model import STAGE_ORDER, Report
 from clusterkit.words import counted
@@ -37,13 +38,13 @@ def host_rows(report: Report) -> list[tuple[str, ...]]:
 def _host_rows(report: Report) -> list[tuple[str, ...]]:
     rows = []
     for name, host in report.hosts.items():
-        facts = host.get("facts") or {}
+        facts = host.get("facts") or HostFacts()
         state = "ok" if host.get("reachable") and facts else (host.get("error") or "no facts")
         if not facts:  # never reached or probed: nothing is known, nothing is "missing"
             rows.append((name, str(host.get("address") or ""), state, *["?"] * 5))
             continue
-        gpus = section(facts, "gpus")
-        torch = section(facts, "torch")
+        gpus = collected(facts.get("gpus"))
+        torch = collected(facts.get("torch"))
         rows.append(
             (
                 name,

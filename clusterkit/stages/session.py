@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from clusterkit.checks.model import Finding
 from clusterkit.errors import TransportError
+from clusterkit.facts import HostEntry, HostFacts
 from clusterkit.inventory.model import Inventory
 from clusterkit.transport.base import Deadline, Transport
 
@@ -58,7 +59,7 @@ class Session:
     progress: ProgressSink = field(default_factory=NoProgress)
     transports: dict[str, Transport] = field(default_factory=dict)  # in inventory order
     unreachable: dict[str, TransportError] = field(default_factory=dict)
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> probe facts
+    facts: dict[str, HostFacts] = field(default_factory=dict)  # host -> probe facts
     failures: dict[str, str] = field(default_factory=dict)  # host -> why it has no facts
     findings: list[Finding] = field(default_factory=list)
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "ran" or why not
@@ -75,19 +76,17 @@ class Session:
         own = Deadline.after(seconds)
         return own if self.deadline is None else Deadline(min(self.deadline.at, own.at))
 
-    def host_entries(self) -> dict[str, dict[str, Any]]:
+    def host_entries(self) -> dict[str, HostEntry]:
         """The report's per-host section: address, reachable, why not, facts."""
         entries = {}
         for host in self.inventory.hosts:
             error = self.unreachable.get(host.name)
-            entries[host.name] = {
-                "address": host.address,
-                "reachable": host.name in self.transports,
-                "error": (
-                    f"{error.kind}: {error.detail}" if error else self.failures.get(host.name)
-                ),
-                "facts": self.facts.get(host.name),
-            }
+            entries[host.name] = HostEntry(
+                address=host.address,
+                reachable=host.name in self.transports,
+                error=f"{error.kind}: {error.detail}" if error else self.failures.get(host.name),
+                facts=self.facts.get(host.name),
+            )
         return entries
 
     def close(self) -> None:

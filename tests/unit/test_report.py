@@ -11,6 +11,7 @@ import pytest
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.environment import Environment
+from clusterkit.node import collector
 from clusterkit.report import emit
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
@@ -89,11 +90,12 @@ def test_json_of_a_full_mesh_at_256_nodes_takes_little_more_than_its_text() -> N
 def test_json_schema_keys_and_types() -> None:
     data = json.loads(render_json(sample_report()))
     assert {
-        "schema_version", "clusterkit_version", "command", "inventory", "verdict",
+        "schema_version", "clusterkit_version", "probe_version", "command", "inventory", "verdict",
         "exit_status", "strict", "seconds", "counts", "stages", "findings", "hosts", "details",
     } <= set(data)  # fmt: skip
     assert data["verdict"] == "fail" and data["exit_status"] == 1
     assert data["schema_version"] == 1
+    assert data["probe_version"] == collector.PROBE_VERSION  # the facts' shape, versioned
     assert data["counts"] == {"ok": 2, "warn": 1, "fail": 1, "skip": 1, "error": 1}
     assert data["stages"] == {"network": "skipped by --skip"}
     driver = next(f for f in data["findings"] if f["id"] == "parity.driver")

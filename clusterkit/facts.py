@@ -1,0 +1,389 @@
+"""The probe's facts, typed: what clusterkit/node/collector.py sends about a host.
+
+The node's JSON is parsed once, here, on arrival (`parse_facts`): every value is checked
+against these types, so the checks read typed facts and a renamed or retyped fact is a
+mypy error in the check that reads it, not a check that silently skips. A node is not
+trusted: facts of the wrong shape, an unknown key included, fail that host's probe with
+the path of the first bad value.
+
+Every section is `total=False`: a collector that failed or timed out sends only
+`{"error": why}` (its own check reports it), and some keys exist only on some nodes (GPU
+nodes, torch imported). The collector runs on Python 3.8 without clusterkit, so it cannot
+import these types; `PROBE_VERSION` is shared with it instead (a unit test holds the two
+equal, and runs the real collector's output through `parse_facts` strictly). Change the
+collector's output, and these types, the version and that test change with it.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from typing import Literal, TypedDict, TypeVar, Union, cast, get_args, get_origin
+
+PROBE_VERSION = 1  # clusterkit/node/collector.py sends the same
+
+
+class SystemFacts(TypedDict, total=False):
+    os: str
+    kernel: str
+    arch: str
+    cpus: int | None
+    cpu_model: str | None
+    memory_bytes: int | None
+    boot_id: str | None
+    error: str
+
+
+class HostnameFacts(TypedDict, total=False):
+    hostname: str
+    fqdn: str
+    addresses: list[str]
+    error: str | None  # the name's lookup failed (the collector itself ran)
+
+
+# One GPU as `nvidia-smi --query-gpu` prints it: every value a string, None for [N/A] or a
+# field this driver does not know (then named in GpuFacts.fields_unknown).
+GpuDevice = TypedDict(
+    "GpuDevice",
+    {
+        "index": str | None,
+        "uuid": str | None,
+        "name": str | None,
+        "driver_version": str | None,
+        "memory.total": str | None,
+        "memory.used": str | None,
+        "pci.bus_id": str | None,
+        "persistence_mode": str | None,
+        "ecc.mode.current": str | None,
+        "ecc.errors.uncorrected.volatile.total": str | None,
+        "compute_cap": str | None,
+        "serial": str | None,
+        "remapped_rows.correctable": str | None,
+        "remapped_rows.uncorrectable": str | None,
+        "remapped_rows.pending": str | None,
+        "remapped_rows.failure": str | None,
+        "retired_pages.single_bit_ecc.count": str | None,
+        "retired_pages.double_bit.count": str | None,
+        "retired_pages.pending": str | None,
+        "pcie.link.gen.current": str | None,
+        "pcie.link.gen.max": str | None,
+        "pcie.link.width.current": str | None,
+        "pcie.link.width.max": str | None,
+        "clocks_event_reasons.active": str | None,
+        "temperature.gpu": str | None,
+        "temperature.memory": str | None,
+        # sysfs AER counters by the kernel's names; None where the kernel keeps none
+        "pcie.aer_correctable": dict[str, int] | None,
+    },
+    total=False,
+)
+
+
+class GpuFacts(TypedDict, total=False):
+    present: bool
+    count: int
+    devices: list[GpuDevice]
+    reason: str  # why there are none (no nvidia-smi)
+    fields_unknown: list[str]
+    driver: str
+    cuda_driver: str | None  # the highest CUDA version the driver runs
+    nvlink: None
+    error: str
+
+
+class PythonFacts(TypedDict, total=False):
+    version: str
+    executable: str
+    implementation: str
+    error: str
+
+
+class DockerFacts(TypedDict, total=False):
+    docker: str | None
+    nvidia_container_runtime: str | None
+    nvidia_ctk: str | None
+    nvidia_ctk_version: str | None
+    nvidia_ctk_error: str
+    runtimes: list[str]
+    daemon_json_error: str
+    error: str
+
+
+class InterfaceFacts(TypedDict, total=False):
+    mtu: int | None
+    state: str | None
+    kind: str | None
+    addresses: list[str]  # "address/prefixlen"
+    flags: list[str]
+
+
+class Route(TypedDict):
+    dst: str
+    dev: str
+
+
+class NetworkFacts(TypedDict, total=False):
+    interfaces: dict[str, InterfaceFacts]
+    routes: list[Route] | None
+    error: str
+
+
+class Limit(TypedDict):
+    soft: int | None  # None: unlimited
+    hard: int | None
+
+
+class LimitsFacts(TypedDict, total=False):
+    memlock: Limit
+    nofile: Limit
+    shm_bytes: int | None
+    error: str
+
+
+class ClockFacts(TypedDict, total=False):
+    synchronized: bool | None
+    source: str | None
+    offset_seconds: float | None  # + when this clock is ahead
+    max_error_seconds: float
+    error: str
+
+
+class IbPort(TypedDict, total=False):
+    port: str
+    state: str
+    phys_state: str | None
+    rate_gbps: float | None
+    rate: str | None
+    link_layer: str | None
+    counters: dict[str, int]
+
+
+class IbDevice(TypedDict, total=False):
+    name: str
+    ports: list[IbPort]
+
+
+class InfinibandFacts(TypedDict, total=False):
+    devices: list[IbDevice]
+    error: str
+
+
+class GpuProcess(TypedDict, total=False):
+    gpu_uuid: str
+    pid: int
+    used_memory_mib: int | None
+    name: str | None
+
+
+class GpuProcessesFacts(TypedDict, total=False):
+    processes: list[GpuProcess]
+    reason: str
+    error: str
+
+
+class NvlinkGpu(TypedDict, total=False):
+    index: int
+    uuid: str | None
+    links: list[float | None]  # GB/s per link, None when inactive
+
+
+class NvlinkFacts(TypedDict, total=False):
+    gpus: list[NvlinkGpu]
+    active_links: list[int]
+    present: bool
+    errors: dict[str, dict[str, dict[str, int]]]  # GPU index -> link -> counter -> count
+    errors_error: str
+    reason: str
+    error: str
+
+
+class MemoryFacts(TypedDict, total=False):
+    total_bytes: int | None
+    available_bytes: int | None
+    error: str
+
+
+class KernelEvent(TypedDict, total=False):
+    kind: Literal["xid", "sxid"]
+    pci: str  # DDDD:BB:DD, lower case
+    code: int
+    pid: int | str | None
+    name: str | None
+    text: str
+    time: str | None
+
+
+class OomKill(TypedDict, total=False):
+    pid: int
+    name: str
+    time: str | None
+
+
+class KernelLogFacts(TypedDict, total=False):
+    events: list[KernelEvent]
+    matched: int
+    oom_kills: list[OomKill]
+    source: str
+    error: str
+
+
+class TorchFacts(TypedDict, total=False):
+    present: bool
+    interpreter: str
+    reason: str
+    path: str
+    version: str | None
+    cuda: str | None
+    hip: str | None
+    nccl_wheel: str | None
+    numpy: bool
+    # only where torch was imported:
+    imported: bool
+    import_error: str
+    cuda_available: bool
+    device_count: int
+    nccl: str | None
+    nccl_error: str
+    arch_list: list[str]
+    capabilities: list[str]
+    error: str
+
+
+class HostFacts(TypedDict, total=False):
+    system: SystemFacts
+    hostname: HostnameFacts
+    gpus: GpuFacts
+    python: PythonFacts
+    env: dict[str, str]  # only the variables the collector names, or {"error": why}
+    docker: DockerFacts
+    network: NetworkFacts
+    limits: LimitsFacts
+    clock: ClockFacts
+    infiniband: InfinibandFacts
+    gpu_processes: GpuProcessesFacts
+    nvlink: NvlinkFacts
+    memory: MemoryFacts
+    kernel_log: KernelLogFacts | None  # None: not read (gpu_health off)
+    torch: TorchFacts
+
+
+FactsByHost = Mapping[str, HostFacts]
+
+
+class HostEntry(TypedDict, total=False):
+    """A host in a report: where it is, whether it answered, its facts (docs/report.md)."""
+
+    address: str
+    reachable: bool
+    error: str | None  # why it has no facts
+    facts: HostFacts | None
+
+
+class MalformedFacts(ValueError):
+    """The node's facts do not have the shape of this version; the message names where."""
+
+
+def parse_facts(raw: object) -> HostFacts:
+    """The probe's facts, checked against HostFacts: raises MalformedFacts naming the first
+    value of the wrong type or the first unknown key."""
+    problem = _mismatch(raw, HostFacts, "facts")
+    if problem is not None:
+        raise MalformedFacts(problem)
+    return cast(HostFacts, raw)
+
+
+def error_of(section: Mapping[str, object] | None) -> str | None:
+    """Why a collector sent no facts, or None when it did."""
+    error = section.get("error") if section else None
+    return error if isinstance(error, str) else None
+
+
+def _mismatch(value: object, expected: object, path: str) -> str | None:
+    """Where `value` is not of type `expected`, as `path: what`; None when it is."""
+    if typing.is_typeddict(expected):
+        return _typeddict_mismatch(value, expected, path)
+    origin = get_origin(expected)
+    if origin in (Union, types.UnionType):
+        reasons = [_mismatch(value, option, path) for option in get_args(expected)]
+        if None in reasons:
+            return None
+        return next(r for r in reasons if r is not None)
+    if origin is Literal:
+        return None if value in get_args(expected) else f"{path}: {_shown(value)} not allowed"
+    if origin is list:
+        if not isinstance(value, list):
+            return _wrong(path, "a list", value)
+        (item,) = get_args(expected)
+        return _first(_mismatch(v, item, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _wrong(path, "an object", value)
+        _, item = get_args(expected)
+        return _first(_mismatch(v, item, f"{path}.{k}") for k, v in value.items())
+    return _scalar_mismatch(value, expected, path)
+
+
+def _typeddict_mismatch(value: object, expected: object, path: str) -> str | None:
+    if not isinstance(value, dict):
+        return _wrong(path, "an object", value)
+    fields = _fields(expected)
+    for key in getattr(expected, "__required_keys__", ()):
+        if key not in value:
+            return f"{path}: no {key!r}"
+    for key, item in value.items():
+        if key not in fields:
+            return f"{path}: unknown key {_shown(key)}"
+        problem = _mismatch(item, fields[key], f"{path}.{key}")
+        if problem is not None:
+            return problem
+    return None
+
+
+@cache
+def _fields(typeddict: object) -> dict[str, object]:
+    return typing.get_type_hints(typeddict)
+
+
+_SCALARS: dict[object, tuple[type, ...]] = {
+    str: (str,),
+    int: (int,),
+    float: (int, float),
+    bool: (bool,),
+    type(None): (type(None),),
+    None: (type(None),),
+}
+
+
+def _scalar_mismatch(value: object, expected: object, path: str) -> str | None:
+    accepted = _SCALARS[expected]
+    # JSON's true is no number: a bool where a count belongs is the wrong shape.
+    if isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted):
+        return None
+    name = "null" if expected in (None, type(None)) else getattr(expected, "__name__", "?")
+    return _wrong(path, name, value)
+
+
+def _wrong(path: str, wanted: str, value: object) -> str:
+    return f"{path}: {wanted} expected, got {_shown(value)}"
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _first(problems: typing.Iterable[str | None]) -> str | None:
+    return next((p for p in problems if p is not None), None)
+
+
+_Section = TypeVar("_Section", bound=Mapping[str, object])
+
+
+def collected(section: _Section | None) -> _Section:
+    """A collector's facts, or an empty section when it failed or did not run (its error
+    is reported by its own check): `collected(facts.get("gpus")).get("count")`."""
+    if section is None or "error" in section:
+        return cast(_Section, {})
+    return section
