@@ -100,6 +100,41 @@ class PythonFacts(TypedDict, total=False):
     error: str
 
 
+class EnvFacts(TypedDict, total=False):
+    """The node's variables that the checks read, by name: the probe asks for these (its
+    `env_names` option, ENV_NAMES) and collects nothing else, since any other may hold a
+    secret. A check that needs another variable adds it here."""
+
+    # NCCL settings left over from debugging (checks/health.py, bench/gate.py)
+    NCCL_P2P_DISABLE: str
+    NCCL_SHM_DISABLE: str
+    NCCL_IB_DISABLE: str
+    NCCL_ALGO: str
+    NCCL_PROTO: str
+    NCCL_NET_GDR_LEVEL: str
+    NCCL_CHECKS_DISABLE: str
+    NCCL_DEBUG: str
+    # the transport NCCL and gloo use (net/ifname.py, checks)
+    NCCL_SOCKET_IFNAME: str
+    GLOO_SOCKET_IFNAME: str
+    NCCL_IB_HCA: str
+    NCCL_NET: str
+    # the job's own settings, which must agree with what was checked
+    MASTER_ADDR: str
+    MASTER_PORT: str
+    WORLD_SIZE: str
+    RANK: str
+    LOCAL_RANK: str
+    NODE_RANK: str
+    CUDA_VISIBLE_DEVICES: str
+    NVIDIA_VISIBLE_DEVICES: str
+    NVIDIA_DISABLE_REQUIRE: str
+    error: str
+
+
+ENV_NAMES = tuple(name for name in EnvFacts.__annotations__ if name != "error")
+
+
 class DockerFacts(TypedDict, total=False):
     docker: str | None
     nvidia_container_runtime: str | None
@@ -256,7 +291,7 @@ class HostFacts(TypedDict, total=False):
     hostname: HostnameFacts
     gpus: GpuFacts
     python: PythonFacts
-    env: dict[str, str]  # only the variables the collector names, or {"error": why}
+    env: EnvFacts
     docker: DockerFacts
     network: NetworkFacts
     limits: LimitsFacts

@@ -32,34 +32,6 @@ from clusterkit.node.prelude import (
 PROBE_VERSION = 1
 TOOL_TIMEOUT = 10.0
 MAX_ROUTES = 256  # a node's own routes, not a router's full table
-# The variables the checks read, by name: collecting by prefix copied tokens such as
-# NVIDIA_API_KEY into reports. A check that needs another variable adds it here.
-ENV_NAMES = (
-    # NCCL settings left over from debugging (checks/health.py, bench/gate.py)
-    "NCCL_P2P_DISABLE",
-    "NCCL_SHM_DISABLE",
-    "NCCL_IB_DISABLE",
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-    "NCCL_NET_GDR_LEVEL",
-    "NCCL_CHECKS_DISABLE",
-    "NCCL_DEBUG",
-    # the transport NCCL and gloo use (net/ifname.py, checks)
-    "NCCL_SOCKET_IFNAME",
-    "GLOO_SOCKET_IFNAME",
-    "NCCL_IB_HCA",
-    "NCCL_NET",
-    # the job's own settings, which must agree with what was checked
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "NODE_RANK",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DISABLE_REQUIRE",
-)
 BASE_GPU_FIELDS = (
     "index",
     "uuid",
@@ -503,8 +475,11 @@ def collect_python(options):
 
 
 def collect_env(options):
-    """Only the variables named in ENV_NAMES: anything else may hold a secret."""
-    return {key: os.environ[key] for key in ENV_NAMES if key in os.environ}
+    """Only the variables the control side names (`env_names`: the checks read them, see
+    EnvFacts in clusterkit/facts.py): anything else may hold a secret, so collecting by
+    prefix would copy tokens such as NVIDIA_API_KEY into reports."""
+    names = options.get("env_names") or ()
+    return {key: os.environ[key] for key in names if key in os.environ and key != "error"}
 
 
 CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")

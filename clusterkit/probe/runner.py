@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.errors import TransportError
-from clusterkit.facts import PROBE_VERSION, HostFacts, MalformedFacts, parse_facts
+from clusterkit.facts import ENV_NAMES, PROBE_VERSION, HostFacts, MalformedFacts, parse_facts
 from clusterkit.inventory.model import Inventory
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.nodescript import (
@@ -43,7 +43,7 @@ def probe_host(
     result = run_node_script(
         transport,
         node_script(COLLECTOR),
-        [json.dumps(options, separators=(",", ":"))],
+        [json.dumps({**options, "env_names": ENV_NAMES}, separators=(",", ":"))],
         interpreter=interpreter,
         deadline=deadline,
         what="the probe",

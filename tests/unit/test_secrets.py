@@ -13,7 +13,7 @@ import pytest
 from clusterkit import framing
 from clusterkit.checks.model import Finding, Status
 from clusterkit.environment import Environment
-from clusterkit.node import collector
+from clusterkit.facts import ENV_NAMES
 from clusterkit.redact import REDACTED, is_secret_name, redact
 from clusterkit.report import emit
 from clusterkit.report.model import Report
@@ -94,10 +94,11 @@ def test_probe_collects_only_the_variables_the_checks_read(tmp_path: Path) -> No
         "MASTER_PORT": "29500",
     }
     done = subprocess.run(
-        [sys.executable, "-S", str(write_composed("collector", tmp_path))],
+        [sys.executable, "-S", str(write_composed("collector", tmp_path)),
+         json.dumps({"env_names": ENV_NAMES})],  # what probe_host sends
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert TOKEN not in done.stdout
     facts = framing.decode(done.stdout.encode())["facts"]
     assert facts["env"] == {"NCCL_SOCKET_IFNAME": "eth0", "MASTER_PORT": "29500"}
-    assert set(facts["env"]) <= set(collector.ENV_NAMES)
+    assert set(facts["env"]) <= set(ENV_NAMES)
