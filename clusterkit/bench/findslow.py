@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,12 +23,13 @@ from clusterkit.bench.attribution import NodeRun, failure_findings, read_node
 from clusterkit.bench.launcher import (
     KILL_GRACE_S,
     STAGE,
-    BenchOptions,
+    NodePlan,
     World,
-    node_argv,
+    job_plans,
     plan_world,
     supervise,
 )
+from clusterkit.bench.options import BenchOptions
 from clusterkit.bench.slowrule import GroupRun, SlowVerdict, judge_groups
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
@@ -96,6 +97,29 @@ def not_run(
     return FindSlowOutcome([finding], {"skipped": reason}, [f"{what}: not run: {reason}"])
 
 
+def round_world(
+    transports: Mapping[str, Transport],
+    inventory: Inventory,
+    options: BenchOptions,
+    unusable: Callable[[World], str | None],
+    refuse: Callable[[str, list[str] | None], FindSlowOutcome] = not_run,
+) -> World | FindSlowOutcome:
+    """The world of a round-based run, or `refuse`'s outcome when a host is not connected (a
+    partial world would measure the wrong thing) or `unusable` names what is wrong with it."""
+    if any(host.name not in transports for host in inventory.hosts):
+        return refuse("not every host is connected", None)
+    world = plan_world(transports, inventory, options)
+    reason = unusable(world)
+    return refuse(reason, [host.name for host in world.hosts]) if reason else world
+
+
+def one_size(options: BenchOptions, size: str) -> BenchOptions:
+    """The options a round runs with: all_reduce at `size` alone, with no gate."""
+    return replace(
+        options, minbytes=size, maxbytes=size, gate_size=None, collectives=("all_reduce",)
+    )
+
+
 def find_slow_nodes(
     transports: Mapping[str, Transport],
     inventory: Inventory,
@@ -103,18 +127,16 @@ def find_slow_nodes(
     deadline: Deadline,
 ) -> FindSlowOutcome:
     """Every round of groups over the connected inventory hosts, then the verdict."""
-    if any(host.name not in transports for host in inventory.hosts):
-        return not_run("not every host is connected")
-    world = plan_world(transports, inventory, options)
-    names = [host.name for host in world.hosts]
-    reason = pairing.unusable_reason(len(names), options.find_slow_group)
-    if reason:
-        return not_run(reason, names)
-    plan = pairing.schedule(len(names), options.find_slow_group, options.find_slow_rounds)
-    size = options.find_slow_bytes or options.maxbytes
-    group_options = replace(
-        options, minbytes=size, maxbytes=size, gate_size=None, collectives=("all_reduce",)
+    group_size = options.find_slow_group
+    world = round_world(
+        transports, inventory, options, lambda w: pairing.unusable_reason(len(w.hosts), group_size)
     )
+    if isinstance(world, FindSlowOutcome):
+        return world
+    names = [host.name for host in world.hosts]
+    plan = pairing.schedule(len(names), group_size, options.find_slow_rounds)
+    size = options.find_slow_bytes or options.maxbytes
+    group_options = one_size(options, size)
     run_id = uuid.uuid4().hex[:12]
     started = time.monotonic()
     groups: list[GroupRun] = []
@@ -169,15 +191,26 @@ def run_round(
     firsts = [group[0] for group in groups]
     picked = parallel(lambda host: _pick_port(transports[host.name], host, deadline), firsts)
     jobs: list[list[NodeRun]] = []
-    plans: dict[str, tuple[str, str | None, list[str]]] = {}
+    plans: dict[str, NodePlan] = {}
     failed: dict[int, str] = {}
     for index, (group, port) in enumerate(zip(groups, picked)):
         if not isinstance(port, int):
             failed[index] = f"no free port on {group[0].name}: {port}"
             jobs.append([])
             continue
-        tag = f"{run_id}-g{index + 1}"
-        plans.update(_group_plans(inventory, world, options, group, port, tag, ready_window))
+        plans.update(
+            job_plans(
+                inventory,
+                world,
+                options,
+                group,
+                tag=f"{run_id}-g{index + 1}",
+                master=group[0].address,
+                port=port,
+                barrier_timeout=ready_window,
+                fill=options.find_slow_seconds,
+            )
+        )
         jobs.append([NodeRun(host.name, rank) for rank, host in enumerate(group)])
     leaders = [(group[0], plans[group[0].name][0]) for group, runs in zip(groups, jobs) if runs]
     barrier: dict[str, Any] = {}
@@ -196,42 +229,6 @@ def run_round(
         for index, (group, runs) in enumerate(zip(groups, jobs))
     ]
     return measured, barrier, interrupted
-
-
-def _group_plans(
-    inventory: Inventory,
-    world: World,
-    options: BenchOptions,
-    group: list[Host],
-    port: int,
-    tag: str,
-    ready_window: float,
-) -> dict[str, tuple[str, str | None, list[str]]]:
-    """Each node of one group: its run name, container (with an image) and argv, as a small
-    torchrun job of its own with the group's first node as master."""
-    plans: dict[str, tuple[str, str | None, list[str]]] = {}
-    for rank, host in enumerate(group):
-        run_name = f"clusterkit-bench-{tag}-n{rank}"
-        container = run_name if world.image else None
-        argv = node_argv(
-            host,
-            rank,
-            nodes=len(group),
-            nproc=world.nproc,
-            master=group[0].address,
-            port=port,
-            run_name=run_name,
-            container=container,
-            image=world.image,
-            gpus=world.gpus,
-            infiniband=world.infiniband(options, host),
-            interface=inventory.settings.interface,
-            options=options,
-            barrier_timeout=ready_window,
-            fill=options.find_slow_seconds,
-        )
-        plans[host.name] = (run_name, container, argv)
-    return plans
 
 
 def _group_run(

@@ -35,6 +35,7 @@ STAGE = "bench"
 RUN_USER = "{clusterkit_run_user}"  # the node script's uid:gid, for `docker run --user`
 KILL_GRACE_S = 6.0  # kill this long before the deadline so output can still come back
 FAILURE_GRACE_S = 2.0  # after a node fails, let the others report their own errors
+NodePlan = tuple[str, str | None, list[str]]  # run name, container (None: no image), argv
 
 # Runs on the node: make the run's folder (private, fresh: clusterkit/rundir.py says why),
 # store the worker there, run torchrun (or docker) in the background so its pid can be
@@ -231,6 +232,46 @@ def plan_world(
     return World(ordered, ranks_per_node(inventory, options, ordered), image, gpus)
 
 
+def job_plans(
+    inventory: Inventory,
+    world: World,
+    options: BenchOptions,
+    hosts: list[Host],
+    *,
+    tag: str,
+    master: str,
+    port: int,
+    barrier_timeout: float | None = None,
+    fill: float | None = None,
+) -> dict[str, NodePlan]:
+    """Each node of one torchrun job over `hosts` (in node-rank order): its run name,
+    container (with an image) and argv. Both names carry `tag` and the node rank, so the
+    kill command finds that node's processes and no other job's."""
+    plans: dict[str, NodePlan] = {}
+    for rank, host in enumerate(hosts):
+        run_name = f"clusterkit-bench-{tag}-n{rank}"
+        container = run_name if world.image else None
+        argv = node_argv(
+            host,
+            rank,
+            nodes=len(hosts),
+            nproc=world.nproc,
+            master=master,
+            port=port,
+            run_name=run_name,
+            container=container,
+            image=world.image,
+            gpus=world.gpus,
+            infiniband=world.infiniband(options, host),
+            interface=inventory.settings.interface,
+            options=options,
+            barrier_timeout=barrier_timeout,
+            fill=fill,
+        )
+        plans[host.name] = (run_name, container, argv)
+    return plans
+
+
 def launch_bench(
     transports: Mapping[str, Transport],
     inventory: Inventory,
@@ -253,26 +294,15 @@ def launch_bench(
         return BenchOutcome([finding], None, "", [], run_id, 0.0)
     world = plan_world(transports, inventory, options)
     runs = [NodeRun(host.name, rank) for rank, host in enumerate(world.hosts)]
-    plans: dict[str, tuple[str, str | None, list[str]]] = {}
-    for run, host in zip(runs, world.hosts):
-        run_name = f"clusterkit-bench-{run_id}-n{run.node_rank}"
-        container = f"clusterkit-bench-{run_id}-n{run.node_rank}" if world.image else None
-        argv = node_argv(
-            host,
-            run.node_rank,
-            nodes=len(world.hosts),
-            nproc=world.nproc,
-            master=options.master_addr or world.hosts[0].address,
-            port=options.master_port or inventory.settings.master_port,
-            run_name=run_name,
-            container=container,
-            image=world.image,
-            gpus=world.gpus,
-            infiniband=world.infiniband(options, host),
-            interface=inventory.settings.interface,
-            options=options,
-        )
-        plans[run.host] = (run_name, container, argv)
+    plans = job_plans(
+        inventory,
+        world,
+        options,
+        world.hosts,
+        tag=run_id,
+        master=options.master_addr or world.hosts[0].address,
+        port=options.master_port or inventory.settings.master_port,
+    )
     interrupted = supervise(transports, [runs], plans, deadline)
     findings, result = judge(runs, inventory, options, world.nproc, deadline)
     table = format_tables(result) if result else ""
@@ -284,7 +314,7 @@ def launch_bench(
 def supervise(
     transports: Mapping[str, Transport],
     groups: list[list[NodeRun]],
-    plans: Mapping[str, tuple[str, str | None, list[str]]],
+    plans: Mapping[str, NodePlan],
     deadline: Deadline,
 ) -> bool:
     """Run every node of every group (separate torchrun jobs, a host in one group at most)

@@ -18,11 +18,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from clusterkit.bench import findslow
-from clusterkit.bench.findslow import MIN_ROUND_S, FindSlowOutcome, run_round
+from clusterkit.bench.findslow import MIN_ROUND_S, FindSlowOutcome, one_size, round_world, run_round
 from clusterkit.bench.gate import STAGE, Threshold, detect_fabric, fabric_default
-from clusterkit.bench.launcher import BenchOptions, plan_world
+from clusterkit.bench.launcher import World
+from clusterkit.bench.options import BenchOptions
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
+from clusterkit.facts import HostFacts
 from clusterkit.inventory.model import Inventory
 from clusterkit.node.bench_worker import parse_size
 from clusterkit.transport.base import Deadline, Transport
@@ -47,7 +49,7 @@ class NodeBusbw:
     threshold: Threshold = NO_THRESHOLD
 
 
-def node_threshold(host_facts: Mapping[str, Any], backend: str, ranks: int) -> Threshold:
+def node_threshold(host_facts: HostFacts, backend: str, ranks: int) -> Threshold:
     """The intra-node gate of one node: the fabric default of the node alone (NVLink or
     PCIe figure for its GPU model, scaled to the ranks used), only when its ranks use NCCL
     on GPUs; gloo on CPU has no reference figure."""
@@ -123,6 +125,15 @@ def not_run(reason: str, hosts: list[str] | None = None) -> FindSlowOutcome:
     return findslow.not_run(reason, hosts, check=CHECK, what="per-node")
 
 
+def _unusable(world: World, deadline: Deadline) -> str:
+    """Why the nodes cannot be measured alone, or ""."""
+    if world.nproc < 2:
+        return "one rank per node has no bus bandwidth (--nproc-per-node 2+)"
+    if deadline.remaining() < MIN_ROUND_S:
+        return "no time left before the deadline"
+    return ""
+
+
 def per_node_bench(
     transports: Mapping[str, Transport],
     inventory: Inventory,
@@ -130,18 +141,12 @@ def per_node_bench(
     deadline: Deadline,
 ) -> FindSlowOutcome:
     """Every connected inventory host alone, all at once, then one finding per node."""
-    if any(host.name not in transports for host in inventory.hosts):
-        return not_run("not every host is connected")
-    world = plan_world(transports, inventory, options)
-    names = [host.name for host in world.hosts]
-    if world.nproc < 2:
-        return not_run("one rank per node has no bus bandwidth (--nproc-per-node 2+)", names)
-    if deadline.remaining() < MIN_ROUND_S:
-        return not_run("no time left before the deadline", names)
-    size = options.maxbytes
-    node_options = replace(
-        options, minbytes=size, maxbytes=size, gate_size=None, collectives=("all_reduce",)
+    world = round_world(
+        transports, inventory, options, lambda w: _unusable(w, deadline), refuse=not_run
     )
+    if isinstance(world, FindSlowOutcome):
+        return world
+    size = options.maxbytes
     run_id = f"{uuid.uuid4().hex[:12]}-p"
     started = time.monotonic()
     try:
@@ -149,7 +154,7 @@ def per_node_bench(
             transports,
             inventory,
             world,
-            node_options,
+            one_size(options, size),
             [[host] for host in world.hosts],
             0,
             run_id,
