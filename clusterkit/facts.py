@@ -323,7 +323,7 @@ class MalformedFacts(ValueError):
 def parse_facts(raw: object) -> HostFacts:
     """The probe's facts, checked against HostFacts: raises MalformedFacts naming the first
     value of the wrong type or the first unknown key."""
-    problem = _mismatch(raw, HostFacts, "facts")
+    problem = shape_problem(raw, HostFacts, "facts")
     if problem is not None:
         raise MalformedFacts(problem)
     return cast(HostFacts, raw)
@@ -335,13 +335,15 @@ def error_of(section: Mapping[str, object] | None) -> str | None:
     return error if isinstance(error, str) else None
 
 
-def _mismatch(value: object, expected: object, path: str) -> str | None:
-    """Where `value` is not of type `expected`, as `path: what`; None when it is."""
+def shape_problem(value: object, expected: object, path: str) -> str | None:
+    """Where decoded JSON `value` is not of type `expected` (a TypedDict, list, dict, union,
+    Literal or scalar), as `path: what`; None when it is. Every message from a node is
+    checked with it where it arrives."""
     if typing.is_typeddict(expected):
-        return _typeddict_mismatch(value, expected, path)
+        return _typeddict_problem(value, expected, path)
     origin = get_origin(expected)
     if origin in (Union, types.UnionType):
-        reasons = [_mismatch(value, option, path) for option in get_args(expected)]
+        reasons = [shape_problem(value, option, path) for option in get_args(expected)]
         if None in reasons:
             return None
         return next(r for r in reasons if r is not None)
@@ -351,26 +353,27 @@ def _mismatch(value: object, expected: object, path: str) -> str | None:
         if not isinstance(value, list):
             return _wrong(path, "a list", value)
         (item,) = get_args(expected)
-        return _first(_mismatch(v, item, f"{path}[{i}]") for i, v in enumerate(value))
+        return _first(shape_problem(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             return _wrong(path, "an object", value)
         _, item = get_args(expected)
-        return _first(_mismatch(v, item, f"{path}.{k}") for k, v in value.items())
-    return _scalar_mismatch(value, expected, path)
+        return _first(shape_problem(v, item, f"{path}.{k}") for k, v in value.items())
+    return _scalar_problem(value, expected, path)
 
 
-def _typeddict_mismatch(value: object, expected: object, path: str) -> str | None:
+def _typeddict_problem(value: object, expected: object, path: str) -> str | None:
     if not isinstance(value, dict):
         return _wrong(path, "an object", value)
     fields = _fields(expected)
-    for key in getattr(expected, "__required_keys__", ()):
-        if key not in value:
+    required = getattr(expected, "__required_keys__", frozenset())
+    for key in fields:  # declaration order: the same key is named every run
+        if key in required and key not in value:
             return f"{path}: no {key!r}"
     for key, item in value.items():
         if key not in fields:
             return f"{path}: unknown key {_shown(key)}"
-        problem = _mismatch(item, fields[key], f"{path}.{key}")
+        problem = shape_problem(item, fields[key], f"{path}.{key}")
         if problem is not None:
             return problem
     return None
@@ -391,7 +394,7 @@ _SCALARS: dict[object, tuple[type, ...]] = {
 }
 
 
-def _scalar_mismatch(value: object, expected: object, path: str) -> str | None:
+def _scalar_problem(value: object, expected: object, path: str) -> str | None:
     accepted = _SCALARS[expected]
     # JSON's true is no number: a bool where a count belongs is the wrong shape.
     if isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted):

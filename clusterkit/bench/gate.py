@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.facts import FactsByHost, HostFacts, IbPort, collected
 
 STAGE = "bench"
 NCCL_TESTS_RULE = 0.9  # nccl-tests fails a run below 0.9 x NCCL_TESTS_MIN_BW
@@ -70,13 +71,14 @@ class Fabric:
 def threshold_table() -> dict[str, Any]:
     """The shipped reference table (clusterkit/data/busbw_thresholds.json)."""
     text = resources.files("clusterkit.data").joinpath("busbw_thresholds.json").read_text()
-    return json.loads(text)
+    table: dict[str, Any] = json.loads(text)  # packaged with clusterkit, not node data
+    return table
 
 
 # --- fabric and thresholds ----------------------------------------------------------------
 
 
-def detect_fabric(facts: Mapping[str, Mapping[str, Any]]) -> Fabric:
+def detect_fabric(facts: FactsByHost) -> Fabric:
     """Summarise probe facts of every node: the weakest node decides the default gate."""
     models: list[str] = []
     counts: list[int] = []
@@ -84,20 +86,19 @@ def detect_fabric(facts: Mapping[str, Mapping[str, Any]]) -> Fabric:
     poorest: tuple[float, ...] | None = None
     link_layer: str | None = None
     for host_facts in facts.values():
-        gpus = host_facts.get("gpus") or {}
-        counts.append(int(gpus.get("count") or 0))
-        models += [str(d.get("name", "")) for d in gpus.get("devices") or [] if d.get("name")]
-        nvlink = host_facts.get("nvlink")  # the probe's `nvidia-smi nvlink --status`
-        if isinstance(nvlink, Mapping) and "error" not in nvlink and nvlink.get("gpus"):
-            nvlinks.append(nvlink.get("present"))
+        gpus = collected(host_facts.get("gpus"))
+        counts.append(gpus.get("count") or 0)
+        models += [name for d in gpus.get("devices", []) if (name := d.get("name"))]
+        links = collected(host_facts.get("nvlink"))  # `nvidia-smi nvlink --status`
+        if links.get("gpus"):
+            nvlinks.append(links.get("present"))
         else:
             nvlinks.append(gpus.get("nvlink"))
         rates: list[float] = []
-        for device in (host_facts.get("infiniband") or {}).get("devices") or []:
-            for port in device.get("ports") or []:
-                if str(port.get("state", "")).upper() == "ACTIVE" and port.get("rate_gbps"):
-                    rates.append(float(port["rate_gbps"]))
-                    link_layer = link_layer or port.get("link_layer")
+        for port in _active_ports(host_facts):
+            if rate := port.get("rate_gbps"):
+                rates.append(float(rate))
+                link_layer = link_layer or port.get("link_layer")
         if poorest is None or sum(rates) < sum(poorest):
             poorest = tuple(sorted(rates, reverse=True))
     model = statistics.mode(models) if models else None
@@ -121,7 +122,7 @@ def _per_nic(rate_gbps: float, table: dict[str, Any]) -> float:
     """Healthy busbw of one RDMA NIC: the nearest listed rate at or below it, scaled."""
     rates = sorted(float(key) for key in table["per_rdma_nic_gbps"] if key.isdigit())
     base = max((r for r in rates if r <= rate_gbps), default=rates[0])
-    low = table["per_rdma_nic_gbps"][f"{base:g}"]["healthy"][0]
+    low = float(table["per_rdma_nic_gbps"][f"{base:g}"]["healthy"][0])
     return low * rate_gbps / base
 
 
@@ -480,24 +481,29 @@ def parse_nccl_log(text: str) -> NcclLog:
     return log
 
 
-def has_active_rdma(host_facts: Mapping[str, Any]) -> bool:
-    for device in (host_facts.get("infiniband") or {}).get("devices") or []:
-        for port in device.get("ports") or []:
-            if str(port.get("state", "")).upper() == "ACTIVE":
-                return True
-    return False
+def _active_ports(host_facts: HostFacts) -> list[IbPort]:
+    """The node's InfiniBand/RoCE ports that are up."""
+    return [
+        port
+        for device in collected(host_facts.get("infiniband")).get("devices", [])
+        for port in device.get("ports", [])
+        if port.get("state", "").upper() == "ACTIVE"
+    ]
 
 
-def socket_transport_finding(
-    logs: Mapping[str, NcclLog], facts: Mapping[str, Mapping[str, Any]]
-) -> Finding | None:
+def has_active_rdma(host_facts: HostFacts) -> bool:
+    return bool(_active_ports(host_facts))
+
+
+def socket_transport_finding(logs: Mapping[str, NcclLog], facts: FactsByHost) -> Finding | None:
     """NCCL fell back to TCP sockets on a node that has active InfiniBand/RoCE ports."""
     hosts = sorted(
         host
         for host, log in logs.items()
         if "Socket" in log.networks
         and "IB" not in log.networks
-        and has_active_rdma(facts.get(host, {}))
+        and host in facts
+        and has_active_rdma(facts[host])
     )
     if not hosts:
         return None

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.stack import driver_verdict
+from clusterkit.facts import FactsByHost, collected
+from clusterkit.image.presence import ContainerFacts, ContainerRun, ImagePresence
 from clusterkit.image.render import LABEL_PREFIX, SPEC_HASH_LABEL
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.versions import DriverRequirement
@@ -21,6 +24,8 @@ from clusterkit.versions import DriverRequirement
 STAGE = "image"
 MIN_SHM_BYTES = 1 << 30  # NCCL's shared-memory transport fails on docker's 64 MiB default
 _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
+# What the image's labels pin and the container must report the same
+VERSION_LABELS: tuple[Literal["torch", "cuda", "nccl"], ...] = ("torch", "cuda", "nccl")
 
 
 def _finding(id_: str, status: Status, message: str, **extra: Any) -> Finding:
@@ -33,14 +38,14 @@ def _short(digest: str | None) -> str:
     return digest.split("@")[-1].removeprefix("sha256:")[:12]
 
 
-def identities(facts: dict[str, Any]) -> set[str]:
+def identities(facts: ImagePresence) -> set[str]:
     """Every digest that names this node's image: the store Id and each RepoDigest."""
     found = {facts["id"]} if facts.get("id") else set()
     found.update(ref.split("@", 1)[1] for ref in facts.get("repo_digests", []) if "@" in ref)
     return found
 
 
-def _same_image_groups(present: dict[str, dict[str, Any]]) -> list[list[str]]:
+def _same_image_groups(present: Mapping[str, ImagePresence]) -> list[list[str]]:
     """Hosts grouped by shared identity (union of overlapping digest sets), largest first."""
     parent = {host: host for host in present}
 
@@ -62,13 +67,13 @@ def _same_image_groups(present: dict[str, dict[str, Any]]) -> list[list[str]]:
     return sorted(groups.values(), key=lambda g: (-len(g), g))
 
 
-def _describe(group: list[str], present: dict[str, dict[str, Any]]) -> str:
+def _describe(group: list[str], present: Mapping[str, ImagePresence]) -> str:
     facts = present[group[0]]
     names = ", ".join(_short(d) for d in sorted(identities(facts)))
     return f"{', '.join(group)}: {names}"
 
 
-def _presence(facts_by_host: dict[str, dict[str, Any]], image: str) -> list[Finding]:
+def _presence(facts_by_host: Mapping[str, ImagePresence], image: str) -> list[Finding]:
     errors = {h: f.get("error") for h, f in facts_by_host.items() if f.get("present") is None}
     missing = sorted(h for h, f in facts_by_host.items() if f.get("present") is False)
     out = []
@@ -98,7 +103,7 @@ def _presence(facts_by_host: dict[str, dict[str, Any]], image: str) -> list[Find
     return out
 
 
-def _parity(present: dict[str, dict[str, Any]], image: str) -> list[Finding]:
+def _parity(present: Mapping[str, ImagePresence], image: str) -> list[Finding]:
     if len(present) < 2:
         return []
     out = []
@@ -139,32 +144,42 @@ def _parity(present: dict[str, dict[str, Any]], image: str) -> list[Finding]:
     return out
 
 
-def _label(facts: dict[str, Any], key: str) -> str | None:
+def _label(facts: ImagePresence, key: str) -> str | None:
     return facts.get("labels", {}).get(LABEL_PREFIX + key)
 
 
-def _versions(present: dict[str, dict[str, Any]]) -> list[Finding]:
+def _inside(facts: ImagePresence) -> ContainerFacts | None:
+    """What the container saw, when it ran."""
+    run = facts.get("run")
+    return run.get("facts") if run and run["ok"] else None
+
+
+def _why_not_run(run: ContainerRun | None) -> str:
+    return run.get("error", "not run") if run is not None else "not run"
+
+
+def _versions(present: Mapping[str, ImagePresence]) -> list[Finding]:
     out = []
     for host, facts in sorted(present.items()):
-        run = facts.get("run") or {}
-        if not run.get("ok"):
+        run = facts.get("run")
+        inside = _inside(facts)
+        if run is None or inside is None:
             out.append(
                 _finding(
                     "run",
                     Status.ERROR,
-                    f"{host}: the image did not run: {run.get('error', 'not run')}",
+                    f"{host}: the image did not run: {_why_not_run(run)}",
                     hosts=[host],
                 )
             )
             continue
-        inside = run["facts"]
         differences = []
-        for key in ("torch", "cuda", "nccl"):
+        for key in VERSION_LABELS:
             label = _label(facts, key)
             if label is not None and inside.get(key) != label:
                 differences.append(f"{key} {inside.get(key)} (label {label})")
         python = _label(facts, "python")
-        found_python = str(inside.get("python", ""))
+        found_python = inside["python"]
         if python and not (found_python == python or found_python.startswith(python + ".")):
             differences.append(f"python {found_python} (label {python})")
         if differences:
@@ -180,7 +195,7 @@ def _versions(present: dict[str, dict[str, Any]]) -> list[Finding]:
     return out
 
 
-def _requirement(facts: dict[str, Any]) -> DriverRequirement | None:
+def _requirement(facts: ImagePresence) -> DriverRequirement | None:
     cuda, needed, floor = (
         _label(facts, "cuda"),
         _label(facts, "min-driver"),
@@ -192,7 +207,7 @@ def _requirement(facts: dict[str, Any]) -> DriverRequirement | None:
 
 
 def _drivers(
-    present: dict[str, dict[str, Any]], driver_by_host: dict[str, str | None]
+    present: Mapping[str, ImagePresence], driver_by_host: Mapping[str, str | None]
 ) -> list[Finding]:
     """The image's CUDA against each node's driver, by the rules compat.driver-cuda uses:
     below the floor fails unless torch inside the container saw CUDA (forward
@@ -203,8 +218,9 @@ def _drivers(
         driver = driver_by_host.get(host)
         if requirement is None or driver is None:
             continue
-        inside = (facts.get("run") or {}).get("facts") or {}
-        status, why = driver_verdict(driver, requirement, inside.get("cuda_available"))
+        inside = _inside(facts)
+        saw_cuda = inside.get("cuda_available") if inside is not None else None
+        status, why = driver_verdict(driver, requirement, saw_cuda)
         if status is Status.OK:
             continue
         out.append(
@@ -231,22 +247,23 @@ def size_bytes(text: str) -> int | None:
     )
 
 
-def _runtime(present: dict[str, dict[str, Any]], multi_node: bool) -> list[Finding]:
+def _runtime(present: Mapping[str, ImagePresence], multi_node: bool) -> list[Finding]:
     small_shm, memlock, no_host_net, disabled = [], [], [], []
     for host, facts in sorted(present.items()):
         args = facts.get("run_args") or []
-        inside = (facts.get("run") or {}).get("facts") or {}
-        shm = inside.get("shm_bytes")
+        inside = _inside(facts)
+        shm = inside["shm_bytes"] if inside is not None else None
         if shm is not None and shm < MIN_SHM_BYTES and "host" not in _flag(args, "--ipc"):
             small_shm.append(f"{host} ({shm >> 20} MiB)")
-        if inside and inside.get("memlock_soft") is not None:
-            memlock.append(f"{host} ({inside['memlock_soft'] >> 10} KiB)")
+        memlock_soft = inside["memlock_soft"] if inside is not None else None
+        if memlock_soft is not None:
+            memlock.append(f"{host} ({memlock_soft >> 10} KiB)")
         if multi_node and "host" not in _flag(args, "--network", "--net"):
             no_host_net.append(host)
         values = [
             facts.get("env", {}).get("NVIDIA_DISABLE_REQUIRE"),
             facts.get("host_nvidia_disable_require"),
-            inside.get("nvidia_disable_require"),
+            inside["nvidia_disable_require"] if inside is not None else None,
         ]
         if any(v and v.lower() not in ("0", "false", "") for v in values):
             disabled.append(host)
@@ -286,9 +303,9 @@ def _flag(args: list[str], *names: str) -> str:
 
 
 def image_findings(
-    facts_by_host: dict[str, dict[str, Any]],
+    facts_by_host: Mapping[str, ImagePresence],
     settings: ClusterSettings,
-    driver_by_host: dict[str, str | None] | None = None,
+    driver_by_host: Mapping[str, str | None] | None = None,
 ) -> list[Finding]:
     image = settings.image
     if not image:
@@ -305,21 +322,20 @@ def image_findings(
 
 
 def rdma_findings(
-    image_facts: dict[str, dict[str, Any]], probe_facts: dict[str, dict[str, Any]]
+    image_facts: Mapping[str, ImagePresence], probe_facts: FactsByHost
 ) -> list[Finding]:
     """image.infiniband: on nodes with RDMA devices the image must run with /dev/infiniband
     (`--device /dev/infiniband`, or `--privileged`), or NCCL inside it falls back to TCP."""
     with_rdma = [
         host
         for host, facts in sorted(image_facts.items())
-        if facts.get("present")
-        and ((probe_facts.get(host) or {}).get("infiniband") or {}).get("devices")
+        if facts.get("present") and host in probe_facts and _has_rdma(probe_facts, host)
     ]
     if not with_rdma:
         return []
     missing = []
     for host in with_rdma:
-        args = [str(arg) for arg in image_facts[host].get("run_args") or []]
+        args = image_facts[host].get("run_args") or []
         joined = " ".join(args)
         if "/dev/infiniband" not in joined and "--privileged" not in args:
             missing.append(host)
@@ -340,3 +356,7 @@ def rdma_findings(
             "(runtime.run_args in the image spec, or clusterkit.image_run_args)",
         )
     ]
+
+
+def _has_rdma(probe_facts: FactsByHost, host: str) -> bool:
+    return bool(collected(probe_facts[host].get("infiniband")).get("devices"))

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
+from clusterkit.facts import collected
 from clusterkit.image.checks import STAGE, image_findings, rdma_findings
+from clusterkit.image.presence import ImagePresence, MalformedPresence, parse_presence, unchecked
 from clusterkit.inventory.model import Inventory
 from clusterkit.stages.base import StageResult
 from clusterkit.transport.base import Deadline
@@ -45,7 +47,7 @@ def run_image_stage(session: Session, deadline: Deadline) -> StageResult:
     settings = session.inventory.settings
     if not settings.image:
         return StageResult(image_findings({}, settings), {})
-    drivers = {host: (f.get("gpus") or {}).get("driver") for host, f in session.facts.items()}
+    drivers = {host: collected(f.get("gpus")).get("driver") for host, f in session.facts.items()}
     facts = image_facts(session, deadline, drivers)
     findings = image_findings(facts, settings, drivers)
     if not findings:
@@ -55,18 +57,19 @@ def run_image_stage(session: Session, deadline: Deadline) -> StageResult:
 
 def image_facts(
     session: Session, deadline: Deadline, drivers: dict[str, str | None]
-) -> dict[str, dict[str, Any]]:
-    """What the node script found on each connected host, in host order."""
+) -> dict[str, ImagePresence]:
+    """What the node script found on each connected host, in host order; a host whose
+    report has another shape is one whose image could not be checked, and why."""
     inventory = session.inventory
     script = node_script(NODE_SCRIPT)
     # Inspect + info + run each get a share; the run dominates (python and torch import).
     step_timeout = max(5.0, deadline.remaining() / 3)
 
-    def one(host: str) -> dict[str, Any]:
+    def one(host: str) -> ImagePresence:
         # Its "error" is one of its facts (what went wrong beside what it found), not a
         # report of its own failure: image_findings reads it.
         try:
-            return run_node_script(
+            report = run_node_script(
                 session.transports[host],
                 script,
                 _node_args(inventory, step_timeout, drivers.get(host) is not None),
@@ -76,13 +79,17 @@ def image_facts(
                 error_report=False,
             )
         except TransportError as error:
-            return {"present": None, "error": error.detail}
+            return unchecked(error.detail)
+        try:
+            return parse_presence(report)
+        except MalformedPresence as error:
+            return unchecked(f"the image check sent a malformed report: {error}")
 
     hosts = sorted(session.transports)
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, ImagePresence] = {}
     for host, result in zip(hosts, parallel(one, hosts, workers=session.workers), strict=True):
         if isinstance(result, BaseException):
-            facts[host] = {"present": None, "error": str(result)}
+            facts[host] = unchecked(str(result))
         else:
             facts[host] = result
     return facts

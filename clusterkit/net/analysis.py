@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.net.cover import UNKNOWN_SUBNET, Cut
 from clusterkit.net.firewall import Packet, explain
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, failing_pairs, tested_pairs
+from clusterkit.net.messages import (
+    Connect,
+    FactsReport,
+    FirewallDump,
+    ListenerReport,
+    NameLookup,
+)
 from clusterkit.net.plan import NetworkOptions, master_address
 from clusterkit.words import counted
 
@@ -27,13 +34,20 @@ FAILED_RESULTS = ("refused", "timeout", "unreachable", "error", "foreign", "wron
 MESSAGE_PAIRS = 6
 CUT_SAMPLE = 4  # failed connects across a cut whose firewalls are read for an explanation
 UNEXPLAINED = "no rule on either node explains it: a filter between them or a wrong address"
+IFNAME_VARIABLES: tuple[Literal["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"], ...] = (
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+)
+DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's net.ipv4.ip_local_port_range
+
+_Value = TypeVar("_Value")
 
 
 def finding(check_id: str, status: Status, message: str, **fields: Any) -> Finding:
     return Finding(check_id, status, message, stage=STAGE, **fields)
 
 
-def _majority(values: dict[str, Any]) -> Any:
+def _majority(values: Mapping[str, _Value]) -> _Value:
     counts = Counter(repr(value) for value in values.values())
     wanted = counts.most_common(1)[0][0]
     return next(value for value in values.values() if repr(value) == wanted)
@@ -54,12 +68,12 @@ def stage_errors(errors: dict[str, str]) -> list[Finding]:
 
 
 def interface_findings(
-    choices: dict[str, InterfaceChoice], facts_by_host: dict[str, dict[str, Any]]
+    choices: Mapping[str, InterfaceChoice], facts_by_host: Mapping[str, FactsReport]
 ) -> list[Finding]:
     findings: list[Finding] = []
     broken: dict[str, str] = {}
     for host, choice in choices.items():
-        names = ", ".join(item["name"] for item in facts_by_host[host].get("interfaces") or [])
+        names = ", ".join(item["name"] for item in facts_by_host[host]["interfaces"])
         if choice.name is None:
             wanted = f"{choice.source}={choice.spec}" if choice.spec else "a usable interface"
             broken[host] = f"no interface matches {wanted} (has: {names or 'none'})"
@@ -98,7 +112,7 @@ def interface_findings(
     return findings
 
 
-def _subnet_findings(choices: dict[str, InterfaceChoice]) -> list[Finding]:
+def _subnet_findings(choices: Mapping[str, InterfaceChoice]) -> list[Finding]:
     if len(choices) < 2:
         return []
     alone = []
@@ -128,7 +142,7 @@ def _subnet_findings(choices: dict[str, InterfaceChoice]) -> list[Finding]:
     return [finding("net.subnet", Status.OK, "every node shares a subnet with a peer", found=found)]
 
 
-def _mtu_findings(choices: dict[str, InterfaceChoice]) -> list[Finding]:
+def _mtu_findings(choices: Mapping[str, InterfaceChoice]) -> list[Finding]:
     mtus = {host: choice.mtu for host, choice in choices.items() if choice.mtu}
     if not mtus:
         return []
@@ -152,10 +166,10 @@ def _mtu_findings(choices: dict[str, InterfaceChoice]) -> list[Finding]:
 
 
 def ifname_findings(
-    facts_by_host: dict[str, dict[str, Any]], options: NetworkOptions
+    facts_by_host: Mapping[str, FactsReport], options: NetworkOptions
 ) -> list[Finding]:
     """NCCL and gloo must agree with each other, across nodes and with the inventory."""
-    envs = {host: facts.get("env") or {} for host, facts in facts_by_host.items()}
+    envs = {host: facts["env"] for host, facts in facts_by_host.items()}
     problems: dict[str, str] = {}
     for host, env in envs.items():
         nccl, gloo = env.get("NCCL_SOCKET_IFNAME"), env.get("GLOO_SOCKET_IFNAME")
@@ -166,7 +180,7 @@ def ifname_findings(
                 f"node environment names {nccl or gloo}, clusterkit.interface "
                 f"is {options.interface}"
             )
-    for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+    for key in IFNAME_VARIABLES:
         values = {host: env.get(key) for host, env in envs.items()}
         if len(set(values.values())) > 1:
             expected = _majority(values)
@@ -193,7 +207,7 @@ def _is_loopback(address: str) -> bool:
 
 
 def master_findings(
-    facts_by_host: dict[str, dict[str, Any]], options: NetworkOptions
+    facts_by_host: Mapping[str, FactsReport], options: NetworkOptions
 ) -> list[Finding]:
     """net.master-resolve, net.master-address, net.hostname-loopback."""
     resolved = {host: master_address(facts) for host, facts in facts_by_host.items()}
@@ -207,14 +221,14 @@ def master_findings(
 
 
 def _master_resolve_finding(
-    facts_by_host: dict[str, dict[str, Any]],
+    facts_by_host: Mapping[str, FactsReport],
     name: str,
     resolved: dict[str, str | None],
     expected: str | None,
 ) -> Finding:
     """net.master-resolve: every node resolves the master's name, to the same address."""
     failed = {
-        host: (facts.get("master") or {}).get("error") or "no address"
+        host: _lookup_error(facts["master"]) or "no address"
         for host, facts in facts_by_host.items()
         if resolved[host] is None
     }
@@ -241,7 +255,7 @@ def _master_resolve_finding(
 
 
 def _master_address_findings(
-    facts_by_host: dict[str, dict[str, Any]],
+    facts_by_host: Mapping[str, FactsReport],
     options: NetworkOptions,
     answered: dict[str, str],
     expected: str | None,
@@ -265,11 +279,7 @@ def _master_address_findings(
         ]
     if not expected or master_facts is None:
         return []
-    own = {
-        entry["address"]
-        for item in master_facts.get("interfaces") or []
-        for entry in item.get("addresses") or []
-    }
+    own = {entry["address"] for item in master_facts["interfaces"] for entry in item["addresses"]}
     if expected in own:
         return [
             finding(
@@ -293,12 +303,16 @@ def _master_address_findings(
     ]
 
 
-def _hostname_finding(facts_by_host: dict[str, dict[str, Any]]) -> Finding:
+def _lookup_error(lookup: NameLookup | None) -> str | None:
+    return lookup.get("error") if lookup else None
+
+
+def _hostname_finding(facts_by_host: Mapping[str, FactsReport]) -> Finding:
     flagged: dict[str, str] = {}
     for host, facts in facts_by_host.items():
-        own = facts.get("own_name") or {}
-        addresses = own.get("addresses") or []
-        hostname = facts.get("hostname")
+        own = facts["own_name"]
+        addresses = own["addresses"]
+        hostname = facts["hostname"]
         if not addresses:
             flagged[host] = f"hostname {hostname} does not resolve ({own.get('error')})"
         elif any(_is_loopback(address) for address in addresses):
@@ -341,31 +355,37 @@ class Blocked:
         return text
 
 
-def _readable(firewall: dict[str, Any]) -> bool:
+def _readable(firewall: Mapping[str, FirewallDump]) -> bool:
     return any(
-        (firewall.get(tool) or {}).get("state") == "ok"
+        tool in firewall and firewall[tool].get("state") == "ok"
         for tool in ("iptables", "iptables-legacy", "nft")
     )
 
 
+def _ephemeral_range(facts: FactsReport | None) -> tuple[int, int]:
+    """The node's range of ports for outgoing connects (the parser checked its shape)."""
+    ports = facts["ephemeral_range"] if facts is not None else None
+    return (ports[0], ports[1]) if ports else DEFAULT_EPHEMERAL
+
+
 def explain_connect(
-    item: dict[str, Any],
-    facts_by_host: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
+    item: Connect,
+    facts_by_host: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
 ) -> Blocked:
     source, destination = item["from"], item["peer"]
     source_address = choices[source].address if source in choices else None
     packet = Packet(
         source=source_address or "0.0.0.0",
         destination=item["address"],
-        dport=int(item["port"]),
+        dport=item["port"],
         in_interface=choices[destination].name if destination in choices else None,
         out_interface=choices[source].name if source in choices else None,
     )
     explanations: list[tuple[str, str]] = []
     unknown: list[str] = []
     if item["result"] in ("refused", "timeout", "unreachable"):
-        low, high = (facts_by_host.get(source) or {}).get("ephemeral_range") or (32768, 60999)
+        low, high = _ephemeral_range(facts_by_host.get(source))
         reply = Packet(
             source=packet.destination,
             destination=packet.source,
@@ -379,7 +399,8 @@ def explain_connect(
             (source, reply, "input", " (drops the replies)"),
         )
         for node, probe, hook, note in checks:
-            firewall = (facts_by_host.get(node) or {}).get("firewall") or {}
+            node_facts = facts_by_host.get(node)
+            firewall = node_facts["firewall"] if node_facts is not None else {}
             if not _readable(firewall):
                 if node not in unknown:
                     unknown.append(node)
@@ -393,10 +414,10 @@ def explain_connect(
     return Blocked(
         source,
         destination,
-        int(item["port"]),
+        item["port"],
         item["role"],
         item["result"],
-        str(item.get("detail", "")),
+        item["detail"],
         tuple(explanations),
         tuple(unknown),
     )
@@ -404,10 +425,10 @@ def explain_connect(
 
 def connect_findings(
     hosts: Sequence[str],
-    connects: Sequence[dict[str, Any]],
-    listeners: dict[str, list[dict[str, Any]]],
-    facts_by_host: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
+    connects: Sequence[Connect],
+    listeners: Mapping[str, list[ListenerReport]],
+    facts_by_host: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
     options: NetworkOptions,
     *,
     matrix: dict[str, dict[str, str]] | None = None,
@@ -450,13 +471,12 @@ def connect_findings(
     return findings
 
 
-def _port_in_use_finding(master: str, in_use: dict[int, dict[str, Any]]) -> Finding:
+def _port_in_use_finding(master: str, in_use: Mapping[int, ListenerReport]) -> Finding:
     """net.rendezvous-port-in-use: the master could not listen on a rendezvous port."""
     parts, found = [], []
     for port, item in sorted(in_use.items()):
-        holder = item.get("holder") or {}
         parts.append(f"{item['role']}: {_unbound_text(master, item)}")
-        found.append({"port": port, "role": item["role"], "holder": holder or None})
+        found.append({"port": port, "role": item["role"], "holder": item["holder"] or None})
     held = ", ".join(str(port) for port in sorted(in_use))
     return finding(
         "net.rendezvous-port-in-use",
@@ -472,7 +492,7 @@ def _port_in_use_finding(master: str, in_use: dict[int, dict[str, Any]]) -> Find
 def _rendezvous_blocked(
     blocked: list[Blocked],
     options: NetworkOptions,
-    choices: dict[str, InterfaceChoice],
+    choices: Mapping[str, InterfaceChoice],
     cuts: Sequence[Cut],
 ) -> Finding:
     """net.rendezvous failing: the nodes that could not reach the master's ports, and why."""
@@ -493,7 +513,7 @@ def _rendezvous_blocked(
     )
 
 
-def port_findings(unbound: dict[str, list[dict[str, Any]]]) -> list[Finding]:
+def port_findings(unbound: Mapping[str, list[ListenerReport]]) -> list[Finding]:
     """net.port-in-use: listeners a node could not bind (host -> its listener reports), but
     the master's rendezvous ports. The paths to such a port are not tested: another program
     holds it, which is no fault of the network and no firewall's doing."""
@@ -503,11 +523,11 @@ def port_findings(unbound: dict[str, list[dict[str, Any]]]) -> list[Finding]:
     found = [
         {
             "host": host,
-            "port": item.get("port") or None,
-            "role": item.get("role"),
-            "state": item.get("state"),
-            "error": item.get("error"),
-            "holder": item.get("holder"),
+            "port": item["port"] or None,
+            "role": item["role"],
+            "state": item["state"],
+            "error": item["error"],
+            "holder": item["holder"],
         }
         for host, items in unbound.items()
         for item in items
@@ -526,20 +546,22 @@ def port_findings(unbound: dict[str, list[dict[str, Any]]]) -> list[Finding]:
     ]
 
 
-def _unbound_text(host: str, item: dict[str, Any]) -> str:
+def _unbound_text(host: str, item: ListenerReport) -> str:
     """What kept a node from listening on one port, in words."""
-    port = item.get("port")
-    if item.get("state") == "in_use":
-        holder = item.get("holder") or {}
-        who = f" (pid {holder['pid']}: {holder['command']})" if holder.get("pid") else ""
+    port, holder = item["port"], item["holder"]
+    if item["state"] == "in_use":
+        who = f" (pid {holder['pid']}: {holder['command']})" if holder and holder["pid"] else ""
         return f"port {port} on {host} is in use by another process{who}"
     if not port:
-        return f"{host} could not listen on any free port: {item.get('error')}"
-    return f"{host} could not listen on port {port}: {item.get('error')}"
+        return f"{host} could not listen on any free port: {item['error']}"
+    return f"{host} could not listen on port {port}: {item['error']}"
 
 
 def _rendezvous_text(
-    blocked: list[Blocked], master: str, choices: dict[str, InterfaceChoice], cuts: Sequence[Cut]
+    blocked: list[Blocked],
+    master: str,
+    choices: Mapping[str, InterfaceChoice],
+    cuts: Sequence[Cut],
 ) -> str:
     """The blocked rendezvous paths; those from a subnet cut off from the master's are
     counted, not listed (net.subnet-cut names the cut)."""
@@ -565,9 +587,9 @@ def _rendezvous_text(
 
 def _mesh_findings(
     hosts: Sequence[str],
-    connects: Sequence[dict[str, Any]],
-    facts_by_host: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
+    connects: Sequence[Connect],
+    facts_by_host: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
     rendezvous_blocked: list[Blocked],
     matrix: dict[str, dict[str, str]],
     cuts: Sequence[Cut],
@@ -665,9 +687,9 @@ def _isolated(matrix: dict[str, dict[str, str]], failing: set[tuple[str, str]]) 
 def _cut_findings(
     cuts: Sequence[Cut],
     subnets: dict[str, str],
-    connects: Sequence[dict[str, Any]],
-    facts_by_host: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
+    connects: Sequence[Connect],
+    facts_by_host: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
     across_cut: Callable[[str, str], bool],
 ) -> list[Finding]:
     """One finding for every cut subnet pair, with what a sample of its pairs shows."""
@@ -711,10 +733,10 @@ def _cut_findings(
 
 def _cut_sample(
     cut: Cut,
-    sample: list[dict[str, Any]],
-    facts_by_host: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
-) -> tuple[str, dict[str, Any]]:
+    sample: list[Connect],
+    facts_by_host: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
+) -> tuple[str, dict[str, object]]:
     """One cut in words and as data: what its sampled failing connects show, and the node
     rules that explain them, if any."""
     explained = sorted(
@@ -744,7 +766,9 @@ def _cut_sample(
     return part, entry
 
 
-def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:
+def _firewall_findings(
+    blocked: list[Blocked], choices: Mapping[str, InterfaceChoice]
+) -> list[Finding]:
     findings: list[Finding] = []
     by_node: dict[str, dict[str, list[str]]] = {}
     for item in blocked:
@@ -795,11 +819,11 @@ def _firewall_findings(blocked: list[Blocked], choices) -> list[Finding]:
     return findings
 
 
-def _more(items: Sequence[Any], template: str) -> str:
+def _more(items: Sequence[object], template: str) -> str:
     return template.format(len(items) - MESSAGE_PAIRS) if len(items) > MESSAGE_PAIRS else ""
 
 
-def _blocked_dict(item: Blocked) -> dict[str, Any]:
+def _blocked_dict(item: Blocked) -> dict[str, object]:
     return {
         "from": item.source,
         "to": item.destination,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from clusterkit.checks.interfaces import DEFAULT_EXCLUDED
+from clusterkit.net.messages import IfnameEnv, NodeInterface
 
 
 @dataclass(frozen=True)
@@ -67,29 +67,28 @@ class InterfaceChoice:
         return ipaddress.ip_network(f"{self.address}/{self.prefixlen}", strict=False)
 
 
-def primary_address(interface: dict[str, Any]) -> tuple[str | None, int | None]:
+def primary_address(interface: NodeInterface) -> tuple[str | None, int | None]:
     """First IPv4 address, else the first IPv6 that is not link-local (what NCCL binds)."""
-    addresses = interface.get("addresses") or []
     for family in ("inet", "inet6"):
-        for entry in addresses:
-            if entry.get("family") != family:
+        for entry in interface["addresses"]:
+            if entry["family"] != family:
                 continue
             if ipaddress.ip_address(entry["address"]).is_link_local:
                 continue
-            return entry["address"], entry.get("prefixlen")
+            return entry["address"], entry["prefixlen"]
     return None, None
 
 
-def is_up(interface: dict[str, Any]) -> bool:
+def is_up(interface: NodeInterface) -> bool:
     down_states = {"down", "lowerlayerdown", "notpresent", "dormant"}
-    return bool(interface.get("up")) and interface.get("operstate") not in down_states
+    return bool(interface["up"]) and interface["operstate"] not in down_states
 
 
 def choose_interface(
-    interfaces: Sequence[dict[str, Any]],
+    interfaces: Sequence[NodeInterface],
     *,
     setting: str | None,
-    env: dict[str, str | None],
+    env: IfnameEnv,
     master_address: str | None = None,
 ) -> InterfaceChoice:
     """Apply the first of: clusterkit.interface, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME (all
@@ -114,7 +113,7 @@ def choose_interface(
 
 
 def _default_choice(
-    candidates: Sequence[dict[str, Any]], master_address: str | None
+    candidates: Sequence[NodeInterface], master_address: str | None
 ) -> InterfaceChoice:
     usable = [
         item
@@ -124,9 +123,9 @@ def _default_choice(
     if master_address:
         master = ipaddress.ip_address(master_address)
         for item in usable:
-            for entry in item.get("addresses") or []:
+            for entry in item["addresses"]:
                 network = ipaddress.ip_network(
-                    f"{entry['address']}/{entry.get('prefixlen') or 32}", strict=False
+                    f"{entry['address']}/{entry['prefixlen'] or 32}", strict=False
                 )
                 if master.version == network.version and master in network:
                     return _choice(item, "default", None)
@@ -136,7 +135,7 @@ def _default_choice(
     return InterfaceChoice(None, "default", None)
 
 
-def _choice(interface: dict[str, Any], source: str, spec: str | None) -> InterfaceChoice:
+def _choice(interface: NodeInterface, source: str, spec: str | None) -> InterfaceChoice:
     address, prefixlen = primary_address(interface)
     return InterfaceChoice(
         interface["name"],
@@ -144,6 +143,6 @@ def _choice(interface: dict[str, Any], source: str, spec: str | None) -> Interfa
         spec,
         address=address,
         prefixlen=prefixlen,
-        mtu=interface.get("mtu"),
+        mtu=interface["mtu"],
         up=is_up(interface),
     )

@@ -4,9 +4,9 @@ nodes' connect results, rendered as plain lines."""
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
 
 from clusterkit.net.cover import Cut
+from clusterkit.net.messages import Connect
 
 # Worst first wins when a pair has several ports (mesh port plus extra ports).
 SEVERITY = ("ok", "foreign", "refused", "unreachable", "timeout", "error", "untested")
@@ -33,7 +33,7 @@ def worse(first: str, second: str) -> str:
 
 def build_matrix(
     hosts: Sequence[str],
-    connects: Iterable[dict[str, Any]],
+    connects: Iterable[Connect],
     planned: Collection[tuple[str, str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """matrix[source][destination]: the worst result over the destination's mesh ports.
@@ -48,12 +48,12 @@ def build_matrix(
                 matrix[src][dst] = "untested"
     seen: set[tuple[str, str]] = set()
     for item in connects:
-        if item.get("role") not in ("mesh", "extra"):
+        if item["role"] not in ("mesh", "extra"):
             continue
         src, dst = item["from"], item["peer"]
         if src not in matrix or dst not in matrix[src]:
             continue
-        result = item.get("result", "error")
+        result = item["result"]
         matrix[src][dst] = result if (src, dst) not in seen else worse(matrix[src][dst], result)
         seen.add((src, dst))
     return matrix

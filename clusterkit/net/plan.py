@@ -7,15 +7,23 @@ with "go", so each node knows which ports it binds and which peers' ports it con
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from clusterkit.inventory.model import Inventory, NetworkSettings
 from clusterkit.net.cover import UNKNOWN_SUBNET, Pair
 from clusterkit.net.ifname import InterfaceChoice, choose_interface
+from clusterkit.net.messages import (
+    FactsReport,
+    GoMessage,
+    ListenerReport,
+    ListenPlan,
+    ListenSpec,
+    Role,
+    Target,
+)
 
-RENDEZVOUS = ("master_port", "rdzv_port")  # the roles of the master's fixed ports
+RENDEZVOUS: tuple[Role, ...] = ("master_port", "rdzv_port")  # the master's fixed ports
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,7 @@ class NetworkOptions:
         return self.connect_timeout + 2.0
 
     @property
-    def rendezvous_ports(self) -> tuple[tuple[int, str], ...]:
+    def rendezvous_ports(self) -> tuple[tuple[int, Role], ...]:
         return ((self.master_port, "master_port"), (self.rdzv_port, "rdzv_port"))
 
     @property
@@ -69,21 +77,20 @@ class NetworkOptions:
         )
 
 
-def master_address(facts: dict[str, Any]) -> str | None:
+def master_address(facts: FactsReport) -> str | None:
     """The address MASTER_ADDR resolves to on this node (the first, which connect tries)."""
-    master = facts.get("master") or {}
-    addresses = master.get("addresses") or []
-    return addresses[0] if addresses else None
+    master = facts["master"]
+    return master["addresses"][0] if master and master["addresses"] else None
 
 
 def interface_choices(
-    facts_by_host: dict[str, dict[str, Any]], options: NetworkOptions
+    facts_by_host: Mapping[str, FactsReport], options: NetworkOptions
 ) -> dict[str, InterfaceChoice]:
     return {
         host: choose_interface(
-            facts.get("interfaces") or [],
+            facts["interfaces"],
             setting=options.interface,
-            env=facts.get("env") or {},
+            env=facts["env"],
             master_address=master_address(facts),
         )
         for host, facts in facts_by_host.items()
@@ -110,18 +117,18 @@ def listen_plans(
     options: NetworkOptions,
     *,
     round_number: int = 1,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ListenPlan]:
     """One round's listeners for every node in `hosts` (those whose facts came back). The
     mesh port is 0: the node binds whatever free ephemeral port the kernel gives it and
     reports it, so checks run at once on the same nodes never plan the same port. The
     user's ports (extra ports; the rendezvous ports on the master, first round only) are
     fixed. Where to connect follows in "go" (`go_messages`), from the ports actually bound."""
-    plans: dict[str, dict[str, Any]] = {}
+    plans: dict[str, ListenPlan] = {}
     for host in hosts:
-        listen: list[dict[str, Any]] = [{"port": 0, "role": "mesh"}]
-        listen += [{"port": port, "role": "extra"} for port in options.extra_ports]
+        listen = [ListenSpec(port=0, role="mesh")]
+        listen += [ListenSpec(port=port, role="extra") for port in options.extra_ports]
         if round_number == 1 and host == options.master_host:
-            listen += [{"port": port, "role": role} for port, role in options.rendezvous_ports]
+            listen += [ListenSpec(port=port, role=role) for port, role in options.rendezvous_ports]
         plans[host] = {
             "name": host,
             "round": round_number,
@@ -134,13 +141,13 @@ def listen_plans(
 
 
 def go_messages(
-    bound: dict[str, list[dict[str, Any]]],
-    facts_by_host: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
-    ssh_addresses: dict[str, str],
+    bound: Mapping[str, list[ListenerReport]],
+    facts_by_host: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
+    ssh_addresses: Mapping[str, str],
     options: NetworkOptions,
     pairs: Collection[Pair] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, GoMessage]:
     """The "go" of one round for every node that bound (`bound`: host -> its listeners as
     reported, in host order): which peers' ports it connects to. `pairs`: the (connects,
     accepts) pairs of this round, every pair when None. A port its node could not bind is
@@ -148,17 +155,17 @@ def go_messages(
     disturb that program and blame the network for it."""
     hosts = list(bound)
     open_ports = {
-        host: [item for item in listeners if item.get("state") == "ok" and _port_number(item)]
+        host: [item for item in listeners if item["state"] == "ok" and _port_number(item)]
         for host, listeners in bound.items()
     }
     connects_to = _connects_to(hosts, pairs)
     addresses = {host: fabric_address(choices[host], ssh_addresses[host]) for host in hosts}
     master = options.master_host
     rendezvous = [item for item in open_ports.get(master, []) if item["role"] in RENDEZVOUS]
-    messages: dict[str, dict[str, Any]] = {}
+    messages: dict[str, GoMessage] = {}
     for host in hosts:
         targets = [
-            {"peer": peer, "address": addresses[peer], "port": item["port"], "role": item["role"]}
+            Target(peer=peer, address=addresses[peer], port=item["port"], role=item["role"])
             for peer in connects_to[host]
             for item in open_ports[peer]
             if item["role"] in ("mesh", "extra")
@@ -166,17 +173,16 @@ def go_messages(
         resolved = master_address(facts_by_host[host])
         if resolved:
             targets += [
-                {"peer": master, "address": resolved, "port": item["port"], "role": item["role"]}
+                Target(peer=master, address=resolved, port=item["port"], role=item["role"])
                 for item in rendezvous
             ]
         messages[host] = {"go": True, "targets": targets}
     return messages
 
 
-def _port_number(item: dict[str, Any]) -> bool:
+def _port_number(item: ListenerReport) -> bool:
     """A node's report names a real port: what it says goes to its peers' connects."""
-    port = item.get("port")
-    return type(port) is int and 0 < port < 65536
+    return 0 < item["port"] < 65536
 
 
 def _connects_to(hosts: list[str], pairs: Collection[Pair] | None) -> dict[str, list[str]]:

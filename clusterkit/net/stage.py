@@ -19,14 +19,30 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clusterkit.framing import END
 from clusterkit.net import analysis
 from clusterkit.net.cover import Cut, MeshRounds, Pair, subnet_cuts
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix, tested_pairs
+from clusterkit.net.messages import (
+    BoundReport,
+    CloseMessage,
+    Connect,
+    FactsArgs,
+    FactsReport,
+    ListenerReport,
+    ListenersReport,
+    MalformedMessage,
+    MeshReport,
+    parse_bound,
+    parse_facts_report,
+    parse_listeners,
+    parse_mesh,
+)
 from clusterkit.net.plan import (
     RENDEZVOUS,
     NetworkOptions,
@@ -54,6 +70,8 @@ TRANSPORT_MARGIN = 10.0  # SSH exec start and output transfer on a busy control 
 STOP_SECONDS = 3.0  # a node told to stop (or whose stdin closed) exits by then, or is killed
 MAX_ROUNDS = 3  # the mesh, the retest of the nodes it found failing, a cut that was none
 
+_Report = TypeVar("_Report")
+
 
 def node_source() -> bytes:
     """clusterkit/node/net.py composed with the node-side prelude."""
@@ -61,8 +79,10 @@ def node_source() -> bytes:
 
 
 class NodeSessions:
-    """The node-side processes of one stage run, talked to step by step. A node that fails a
-    step leaves the session with its reason in `errors` and is stopped in `close`."""
+    """The node-side processes of one stage run, talked to step by step. Each report is
+    checked where it arrives (net/messages.py): a node that fails a step, with no report in
+    time or one of another shape, leaves the session with its reason in `errors` and is
+    stopped in `close`."""
 
     def __init__(
         self, transports: dict[str, Transport], deadline: Deadline, workers: int | None = None
@@ -79,41 +99,46 @@ class NodeSessions:
     def start(
         self,
         hosts: list[str],
-        interpreters: dict[str, str],
-        args: dict[str, dict],
+        interpreters: Mapping[str, str],
+        args: Mapping[str, FactsArgs],
         until: Deadline,
         wait: float = FACTS_SECONDS + 2 * TRANSPORT_MARGIN,
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, FactsReport]:
         """Start the node script everywhere and return each node's first report (facts).
         `wait`: how long a node waits for each answer, longer than any step lasts here."""
         source = node_source()
 
-        def one(host: str) -> dict[str, Any]:
+        def one(host: str) -> FactsReport:
             argv, stdin = shipment(
-                interpreters[host], source, [json.dumps(dict(args[host], wait=wait))]
+                interpreters[host], source, [json.dumps({**args[host], "wait": wait})]
             )
             process = self.transports[host].start(argv, deadline=self.deadline, start_by=until)
             self.processes[host] = process
             process.send(stdin)
-            return self._report(process, until, "facts")
+            return self._report(process, until, "facts", parse_facts_report)
 
         return self._each(hosts, one)
 
     def step(
-        self, name: str, messages: dict[str, dict[str, Any]], seconds: float, until: Deadline
-    ) -> dict[str, dict[str, Any]]:
-        """Send each live node its message and return its next report, due `seconds` after
-        that node was handed its message and by `until` at the latest. Counted per node: on a
-        busy control side handing a message to every node takes seconds, which must not be
-        taken from the last nodes' time."""
+        self,
+        name: str,
+        messages: Mapping[str, Mapping[str, object]],
+        seconds: float,
+        until: Deadline,
+        parse: Callable[[object], _Report],
+    ) -> dict[str, _Report]:
+        """Send each live node its message and return its next report, checked by `parse`,
+        due `seconds` after that node was handed its message and by `until` at the latest.
+        Counted per node: on a busy control side handing a message to every node takes
+        seconds, which must not be taken from the last nodes' time."""
 
         self.sent = {}
 
-        def one(host: str) -> dict[str, Any]:
+        def one(host: str) -> _Report:
             process = self.processes[host]
             process.send(json.dumps(messages[host]).encode() + b"\n")
             self.sent[host] = handed = time.monotonic()  # written by the wait that follows
-            return self._report(process, Deadline(min(until.at, handed + seconds)), name)
+            return self._report(process, Deadline(min(until.at, handed + seconds)), name, parse)
 
         return self._each([host for host in messages if host in self.processes], one)
 
@@ -131,10 +156,10 @@ class NodeSessions:
             workers=self.workers,
         )
 
-    def _each(self, hosts: list[str], fn) -> dict[str, dict[str, Any]]:
+    def _each(self, hosts: list[str], fn: Callable[[str], _Report]) -> dict[str, _Report]:
         """Run one step everywhere. A node that fails it leaves the session at once but is
         stopped only in `close`: killing a stuck one takes seconds the others must not wait."""
-        reports: dict[str, dict[str, Any]] = {}
+        reports: dict[str, _Report] = {}
         for host, outcome in zip(hosts, parallel(fn, hosts, workers=self.workers), strict=True):
             if isinstance(outcome, BaseException):
                 self.errors[host] = str(outcome) or type(outcome).__name__
@@ -145,15 +170,21 @@ class NodeSessions:
         return reports
 
     @staticmethod
-    def _report(process: RemoteProcess, until: Deadline, name: str) -> dict[str, Any]:
-        """The step's report; ScriptFailure with the reason when none came."""
+    def _report(
+        process: RemoteProcess, until: Deadline, name: str, parse: Callable[[object], _Report]
+    ) -> _Report:
+        """The step's report, checked; ScriptFailure with the reason when none came or it
+        has another shape."""
         chunk = process.expect(END, until)
         if chunk is None:
             if until.expired:
                 raise ScriptFailure("timeout", f"{name} step did not finish in time")
             # It exited (no wait): why, from its exit status and stderr.
             raise failure_of(process.finish(Deadline.after(STOP_SECONDS)), f"{name} step")
-        return decode_result(chunk, f"{name} step")
+        try:
+            return parse(decode_result(chunk, f"{name} step"))
+        except MalformedMessage as error:
+            raise ScriptFailure("broken", f"{name} step sent a malformed report: {error}") from None
 
 
 def _bounded(deadline: Deadline, seconds: float) -> Deadline:
@@ -202,11 +233,20 @@ class NetworkFacts:
     """The facts step: each node's report, the interface torch will use on it and the
     subnet that puts it in; `errors`: nodes that could not take part, and why."""
 
-    by_host: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_host: dict[str, FactsReport] = field(default_factory=dict)
     choices: dict[str, InterfaceChoice] = field(default_factory=dict)
     subnets: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeRound:
+    """One node's part of one round: its mesh report, and its listeners as they closed (who
+    reached them), or as bound when it never said."""
+
+    mesh: MeshReport
+    listeners: list[ListenerReport]
 
 
 @dataclass
@@ -214,11 +254,11 @@ class MeshResults:
     """The rounds step: every connect tried, and what each node reported in each round."""
 
     planned: set[Pair] | None  # the pairs tried; None: every pair (a full mesh)
-    reports: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # host -> per round
-    connects: list[dict[str, Any]] = field(default_factory=list)
+    reports: dict[str, list[NodeRound]] = field(default_factory=dict)  # host -> per round
+    connects: list[Connect] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)  # pairs, nodes, go spread, seconds
     retested: set[str] = field(default_factory=set)
-    unbound: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # could not bind
+    unbound: dict[str, list[ListenerReport]] = field(default_factory=dict)  # could not bind
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -252,7 +292,7 @@ def gather_facts(sessions: NodeSessions, scope: NetworkScope, deadline: Deadline
     started, options = time.monotonic(), scope.options
     reserved = [options.master_port, options.rdzv_port, *options.extra_ports]
     args = {
-        host: {"master": options.master_name, "reserved_ports": reserved} for host in scope.hosts
+        host: FactsArgs(master=options.master_name, reserved_ports=reserved) for host in scope.hosts
     }
     # A node waits for each answer as long as the stage may last: after its mesh report its
     # listeners serve until the last node has reported, however late that node got "go".
@@ -329,19 +369,20 @@ def _mesh_round(
     started, options = time.monotonic(), scope.options
     plans = listen_plans(live, found.choices, options, round_number=number)
     # Each step's bound counts from when each node was handed its message.
-    bound = sessions.step("bound", plans, TRANSPORT_MARGIN, sessions.deadline)
-    listeners = {host: bound[host].get("listeners") or [] for host in live if host in bound}
+    bound = sessions.step("bound", plans, TRANSPORT_MARGIN, sessions.deadline, parse_bound)
+    listeners = {host: bound[host]["listeners"] for host in live if host in bound}
     _note_unbound(results.unbound, listeners)
     go = go_messages(listeners, found.by_host, found.choices, scope.addresses, options, pairs)
-    reports = sessions.step("mesh", go, options.mesh_seconds + TRANSPORT_MARGIN, sessions.deadline)
+    reports = sessions.step(
+        "mesh", go, options.mesh_seconds + TRANSPORT_MARGIN, sessions.deadline, parse_mesh
+    )
     go_spread = sessions.spread()
     # Every node has connected: only now may the listeners close.
-    close = {host: {"close": True} for host in reports}
-    closed = sessions.step("listeners", close, TRANSPORT_MARGIN, sessions.deadline)
+    close = {host: CloseMessage(close=True) for host in reports}
+    closed = sessions.step("listeners", close, TRANSPORT_MARGIN, sessions.deadline, parse_listeners)
     for host, report in reports.items():
-        listened = closed.get(host) or {}
-        heard = listened.get("listeners") or _unheard(bound[host].get("listeners"))
-        results.reports.setdefault(host, []).append(dict(report, listeners=heard))
+        heard = _heard(closed.get(host), bound[host])
+        results.reports.setdefault(host, []).append(NodeRound(report, heard))
     results.connects += _flatten_connects(reports, number)
     results.rounds.append(
         {
@@ -364,8 +405,7 @@ def network_report(
 ) -> StageResult:
     """Step three: the verdict, a pure function of the facts and every connect tried."""
     hosts, options = scope.hosts, scope.options
-    first_round = {host: reports[0] for host, reports in results.reports.items()}
-    listeners = {host: result.get("listeners") or [] for host, result in first_round.items()}
+    listeners = {host: reports[0].listeners for host, reports in results.reports.items()}
     matrix = build_matrix(hosts, results.connects, results.planned)
     cuts = subnet_cuts(pair_results(matrix), found.subnets)
     findings = analysis.stage_errors(errors)
@@ -428,44 +468,47 @@ def _mesh_record(
     }
 
 
-def _flatten_connects(mesh: dict[str, dict[str, Any]], number: int) -> list[dict[str, Any]]:
+def _flatten_connects(mesh: Mapping[str, MeshReport], number: int) -> list[Connect]:
     """Every connect attempt with its source and round; a clusterkit listener of another node
     answering (a wrong address) is not a success."""
     connects = []
     for host, result in mesh.items():
-        for item in result.get("connects") or []:
-            entry = dict(item, **{"from": host, "round": number})
-            if entry.get("result") == "ok" and entry.get("detail") != entry.get("peer"):
+        for item in result["connects"]:
+            entry: Connect = {**item, "from": host, "round": number}
+            if entry["result"] == "ok" and entry["detail"] != entry["peer"]:
                 entry["result"] = "wrong_node"
-                entry["detail"] = f"{entry.get('detail')} answered instead of {entry['peer']}"
+                entry["detail"] = f"{entry['detail']} answered instead of {entry['peer']}"
             connects.append(entry)
     return connects
 
 
 def _note_unbound(
-    unbound: dict[str, list[dict[str, Any]]], bound: dict[str, list[dict[str, Any]]]
+    unbound: dict[str, list[ListenerReport]], bound: Mapping[str, list[ListenerReport]]
 ) -> None:
     """Add each node's listeners that could not bind (once per port), but the master's
     rendezvous ports: net.rendezvous-port-in-use reports those."""
     for host, listeners in bound.items():
         for item in listeners:
-            if item.get("state") == "ok" or item.get("role") in RENDEZVOUS:
+            if item["state"] == "ok" or item["role"] in RENDEZVOUS:
                 continue
             known = unbound.setdefault(host, [])
             if all((old["port"], old["role"]) != (item["port"], item["role"]) for old in known):
                 known.append(item)
 
 
-def _unheard(listeners: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """A node's listeners as bound, for a node that never reported who reached them."""
-    return [dict(item, seen=None) for item in listeners or []]
+def _heard(closed: ListenersReport | None, bound: BoundReport) -> list[ListenerReport]:
+    """A node's listeners with who reached them; as bound (`seen` None) for a node that
+    never reported who reached them."""
+    if closed is not None and closed["listeners"]:
+        return closed["listeners"]
+    return [{**item, "seen": None} for item in bound["listeners"]]
 
 
 def _node_record(
     host: str,
-    facts: dict[str, dict[str, Any]],
-    choices: dict[str, InterfaceChoice],
-    mesh_reports: dict[str, list[dict[str, Any]]],
+    facts: Mapping[str, FactsReport],
+    choices: Mapping[str, InterfaceChoice],
+    mesh_reports: Mapping[str, list[NodeRound]],
 ) -> dict[str, Any]:
     node = facts.get(host)
     if node is None:
@@ -474,9 +517,9 @@ def _node_record(
     reports = mesh_reports.get(host) or []
     return {
         "ran": True,
-        "hostname": node.get("hostname"),
-        "hostname_addresses": (node.get("own_name") or {}).get("addresses"),
-        "master_addresses": (node.get("master") or {}).get("addresses"),
+        "hostname": node["hostname"],
+        "hostname_addresses": node["own_name"]["addresses"],
+        "master_addresses": node["master"]["addresses"] if node["master"] else None,
         "interface": {
             "name": choice.name,
             "source": choice.source,
@@ -486,22 +529,22 @@ def _node_record(
             "mtu": choice.mtu,
             "up": choice.up,
         },
-        "env": node.get("env"),
-        "ephemeral_range": node.get("ephemeral_range"),
-        "mesh_port": _mesh_port(reports[0].get("listeners") if reports else None),
+        "env": node["env"],
+        "ephemeral_range": node["ephemeral_range"],
+        "mesh_port": _mesh_port(reports[0].listeners if reports else []),
         "firewall": {
             tool: {"state": entry.get("state"), "reason": entry.get("reason")}
-            for tool, entry in (node.get("firewall") or {}).items()
+            for tool, entry in node["firewall"].items()
         },
-        "listeners": (reports[0].get("listeners") if reports else None),
-        "mesh_seconds": [report.get("seconds") for report in reports],
-        "cpu_seconds": reports[-1].get("cpu") if reports else None,
+        "listeners": (reports[0].listeners if reports else None),
+        "mesh_seconds": [report.mesh["seconds"] for report in reports],
+        "cpu_seconds": reports[-1].mesh["cpu"] if reports else None,
     }
 
 
-def _mesh_port(listeners: list[dict[str, Any]] | None) -> int | None:
+def _mesh_port(listeners: list[ListenerReport]) -> int | None:
     """The port the node's mesh listener bound in the first round (the kernel's choice)."""
-    for item in listeners or []:
-        if item.get("role") == "mesh" and item.get("state") == "ok":
-            return item.get("port")
+    for item in listeners:
+        if item["role"] == "mesh" and item["state"] == "ok":
+            return item["port"]
     return None

@@ -10,15 +10,19 @@ import pytest
 from clusterkit.bench import gate
 from clusterkit.bench.attribution import NodeRun, failure_findings, read_node, split_nccl_logs
 from clusterkit.checks.model import Status
+from clusterkit.facts import HostFacts, parse_facts
 from clusterkit.node.bench_worker import summarise
 from clusterkit.transport.base import CommandResult, Deadline
+from tests.unit.test_fabric import nvlink_section
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-def _node(gpus: int = 8, model: str = "NVIDIA H100 80GB HBM3", nvlink=True, ports=()) -> dict:
-    return {
-        "gpus": {"count": gpus, "devices": [{"name": model}] * gpus, "nvlink": nvlink},
+def _node(gpus: int = 8, model: str = "NVIDIA H100 80GB HBM3", nvlink=True, ports=()) -> HostFacts:
+    """A node's probe facts, checked as the probe's are on arrival; `nvlink` None: the
+    node's NVLink section says nothing (no nvidia-smi nvlink)."""
+    facts = {
+        "gpus": {"count": gpus, "devices": [{"name": model}] * gpus, "nvlink": None},
         "infiniband": {
             "devices": [
                 {"name": f"mlx5_{i}", "ports": [{"state": state, "rate_gbps": rate,
@@ -27,6 +31,9 @@ def _node(gpus: int = 8, model: str = "NVIDIA H100 80GB HBM3", nvlink=True, port
             ]
         },
     }  # fmt: skip
+    if nvlink is not None:
+        facts["nvlink"] = nvlink_section([18 if nvlink else 0] * gpus)
+    return parse_facts(facts)
 
 
 IB400 = [("ACTIVE", 400, "InfiniBand")] * 8

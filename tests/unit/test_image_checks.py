@@ -11,6 +11,7 @@ import pytest
 from clusterkit.checks.model import Status
 from clusterkit.image.checks import image_findings, size_bytes
 from clusterkit.image.engine import chunk_error
+from clusterkit.image.presence import ImagePresence, parse_presence
 from clusterkit.inventory.model import ClusterSettings
 
 IMAGE = "registry.example/train:2.5.1-cu124"
@@ -38,7 +39,8 @@ INSIDE = {
 }
 
 
-def node(**changes: Any) -> dict[str, Any]:
+def node(**changes: Any) -> ImagePresence:
+    """A node's report, checked as the stage checks it on arrival."""
     facts: dict[str, Any] = {
         "image": IMAGE,
         "present": True,
@@ -51,7 +53,7 @@ def node(**changes: Any) -> dict[str, Any]:
     }
     for key, value in changes.items():
         facts[key] = value
-    return facts
+    return parse_presence(facts)
 
 
 def by_id(findings, id_):

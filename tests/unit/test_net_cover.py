@@ -19,6 +19,7 @@ from clusterkit.net.cover import (
 )
 from clusterkit.net.matrix import build_matrix, pair_results, render_matrix
 from clusterkit.net.plan import NetworkOptions, interface_choices, subnets_of
+from tests.support.net_reports import facts_report, interface, listener
 
 OPTIONS = NetworkOptions("n1", "10.0.0.11", 29500, 29400, "eth0")
 
@@ -202,11 +203,7 @@ def test_full_mesh_has_one_round() -> None:
 
 
 def node_facts(address: str) -> dict:
-    addresses = [{"family": "inet", "address": address, "prefixlen": 24}]
-    interface = {"name": "eth0", "up": True, "operstate": "up", "mtu": 1500, "addresses": addresses}
-    firewall = {"iptables": {"state": "ok", "text": "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n"}}
-    return {"interfaces": [interface], "env": {}, "firewall": firewall,
-            "master": {"addresses": ["10.0.0.11"]}}  # fmt: skip
+    return facts_report(interfaces=[interface("eth0", address)], master=["10.0.0.11"])
 
 
 def stage_findings(sizes: list[int], blocked: Collection[Pair]) -> tuple[dict, list[str]]:
@@ -218,17 +215,17 @@ def stage_findings(sizes: list[int], blocked: Collection[Pair]) -> tuple[dict, l
     choices = interface_choices(facts_by_host, OPTIONS)
     results, _sizes, _rounds = run_rounds(hosts, subnets_of(choices), "n1", blocked)
     connects = [
-        {"from": a, "peer": b, "address": addresses[b], "port": 40000, "role": "mesh",
-         "result": result, "detail": ""}
+        {"from": a, "round": 1, "peer": b, "address": addresses[b], "port": 40000,
+         "role": "mesh", "result": result, "detail": ""}
         for (a, b), result in results.items()
     ]  # fmt: skip
     connects += [
-        {"from": host, "peer": "n1", "address": addresses["n1"], "port": 29500,
+        {"from": host, "round": 1, "peer": "n1", "address": addresses["n1"], "port": 29500,
          "role": "master_port", "result": "timeout" if (host, "n1") in blocked else "ok",
-         "detail": ""}
+         "detail": "n1"}
         for host in hosts
     ]  # fmt: skip
-    listeners = {"n1": [{"port": 29500, "role": "master_port", "state": "ok"}]}
+    listeners = {"n1": [listener(29500, "master_port")]}
     matrix = build_matrix(hosts, connects, set(results))
     cuts = subnet_cuts(pair_results(matrix), subnets_of(choices))
     findings = analysis.connect_findings(

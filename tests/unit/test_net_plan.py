@@ -4,12 +4,11 @@ another process is no target and is reported as in use."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from clusterkit.checks.model import Status
 from clusterkit.net import analysis
 from clusterkit.net.ifname import InterfaceChoice
 from clusterkit.net.plan import NetworkOptions, go_messages, listen_plans
+from tests.support.net_reports import facts_report, listener
 
 OPTIONS = NetworkOptions("node1", "node1", 29500, 29400, None, extra_ports=(29611,))
 HOSTS = ["node1", "node2", "node3"]
@@ -17,12 +16,8 @@ CHOICES = {
     host: InterfaceChoice("eth0", "default", None, f"10.0.0.{11 + i}", 24, 1500, True)
     for i, host in enumerate(HOSTS)
 }
-FACTS = {host: {"master": {"addresses": ["10.0.0.11"]}} for host in HOSTS}
+FACTS = {host: facts_report(master=["10.0.0.11"]) for host in HOSTS}
 SSH = {host: host for host in HOSTS}
-
-
-def listener(port: int, role: str, state: str = "ok", **more: Any) -> dict[str, Any]:
-    return {"port": port, "role": role, "state": state, **more}
 
 
 def test_the_mesh_port_is_left_to_the_kernel_and_the_users_ports_stay_fixed() -> None:
@@ -51,7 +46,7 @@ def test_go_names_the_ports_each_peer_bound_and_skips_one_held_by_another_proces
         ("node1", 29500, "master_port"),
     }  # fmt: skip
     assert all(t["port"] != 0 for message in go.values() for t in message["targets"])
-    bound["node2"] = [listener("22; x", "mesh"), listener(70000, "extra")]  # a node's say-so
+    bound["node2"] = [listener(0, "mesh"), listener(70000, "extra")]  # a node's say-so
     hostile = go_messages(bound, FACTS, CHOICES, SSH, OPTIONS)
     assert {t["peer"] for t in hostile["node3"]["targets"]} == {"node1"}
     only_pair = go_messages(bound, FACTS, CHOICES, SSH, OPTIONS, pairs={("node2", "node3")})

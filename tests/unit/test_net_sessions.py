@@ -8,16 +8,23 @@ import threading
 import time
 
 from clusterkit.framing import encode
+from clusterkit.net.messages import parse_bound, parse_listeners, parse_mesh
 from clusterkit.net.stage import NodeSessions
 from clusterkit.transport.base import CommandResult, Deadline
+from tests.support.net_reports import facts_report, listener
 
 NODES = 150  # well past the old pool of 64
+BOUND = {"phase": "bound", "listeners": [listener(41000, "mesh")]}
+MESH = {"phase": "mesh", "round": 1, "connects": [], "seconds": 0.1, "cpu": 0.2}
+LISTENERS = {"phase": "listeners", "round": 1, "listeners": [listener(41000, "mesh", seen=[])]}
+PARSERS = {"bound": parse_bound, "mesh": parse_mesh, "listeners": parse_listeners}
 
 
 class BarrierProcess:
     def __init__(self, host: str, barrier: threading.Barrier) -> None:
         self.host, self.barrier = host, barrier
         self.sent: list[bytes] = []
+        self.reports = iter([facts_report(hostname=host), *[BOUND, MESH, LISTENERS] * 2])
 
     def send(self, data: bytes) -> None:
         self.sent.append(data)
@@ -27,7 +34,7 @@ class BarrierProcess:
             self.barrier.wait(timeout=deadline.remaining())
         except threading.BrokenBarrierError:
             return None
-        return encode({"phase": "step", "host": self.host})
+        return encode(next(self.reports))
 
     def finish(self, deadline: Deadline) -> CommandResult:
         return CommandResult(self.host, 0, b"", b"")
@@ -55,7 +62,8 @@ def test_every_step_reaches_every_node_at_once() -> None:
                             Deadline.after(20))  # fmt: skip
         assert sorted(facts) == sorted(hosts) and nodes.errors == {}
         for name in ("bound", "mesh", "listeners") * 2:  # two rounds
-            reports = nodes.step(name, {h: {"go": True} for h in hosts}, 20, Deadline.after(20))
+            messages = {h: {"go": True} for h in hosts}
+            reports = nodes.step(name, messages, 20, Deadline.after(20), PARSERS[name])
             assert len(reports) == NODES and nodes.errors == {}
             assert len(nodes.sent) == NODES
     finally:
@@ -90,7 +98,7 @@ class HandedLate:
             return None
         if not self.delay:
             self.first.set()
-        return encode({"phase": "step", "host": self.host})
+        return encode(MESH)
 
     def finish(self, deadline: Deadline) -> CommandResult:
         return CommandResult(self.host, 0, b"", b"")
@@ -104,6 +112,6 @@ def test_a_steps_bound_counts_from_each_nodes_hand_over() -> None:
     nodes.processes = {"node1": HandedLate("node1", first, 0.0),  # type: ignore[dict-item]
                        "node2": HandedLate("node2", first, 1.5)}  # fmt: skip
     nodes.workers = 2
-    reports = nodes.step("mesh", {"node1": {}, "node2": {}}, 1.0, Deadline.after(30))
+    reports = nodes.step("mesh", {"node1": {}, "node2": {}}, 1.0, Deadline.after(30), parse_mesh)
     assert sorted(reports) == ["node1", "node2"] and nodes.errors == {}
     assert nodes.spread() >= 1.5
