@@ -10,7 +10,8 @@ keeps each rank's last lines, and decides:
 - no rank printed for `hang_timeout` (or NCCL's watchdog says a collective timed out): ask
   every node for every rank's stacks, group the ranks by where they wait, stop the job;
 - a node says nothing at all (not even its heartbeat) for `node_timeout`, or its
-  connection ends without an exit report: the node is lost, the rest is stopped;
+  connection ends without an exit report: the node is lost, the rest is stopped at once
+  (no grace: what the others report next follows from the loss, and a restart waits);
 - Ctrl-C or SIGTERM: stop everything.
 
 Stopping is the node process's job ("stop", or the end of its stdin); when a node does not
@@ -354,7 +355,8 @@ class Supervisor:
             return
         if self.failed_at is not None:
             others_done = all(n.ended or n.reported_at for n in self.nodes.values())
-            if now - self.failed_at >= FAILURE_GRACE or others_done:
+            lost_first = self.failures[0].lost
+            if now - self.failed_at >= FAILURE_GRACE or others_done or lost_first:
                 self._stop_all("a rank failed")
             return
         if self.dump_since is not None:
