@@ -9,7 +9,6 @@ cannot be reached is one line in the report, not a paramiko stack dump from its 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from typing import TextIO
 
@@ -51,10 +50,11 @@ class _OwnRecords(logging.Filter):
         return record.name == _OURS or record.name.startswith(_OURS + ".")
 
 
-def configure(verbosity: int = 0, stream: TextIO | None = None) -> None:
-    """Install the one stderr handler (replacing an earlier one from here, keeping others)."""
+def configure(verbosity: int, stream: TextIO) -> None:
+    """Install the one handler, on the run's stderr `stream` (replacing an earlier one from
+    here, keeping others)."""
     debug = verbosity >= 2
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.set_name(_HANDLER)
     handler.setFormatter(_Formatter(debug))
     if not debug:

@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
+import types
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.nccltests import write_json
+from clusterkit.bench.options import BenchOptions
 from clusterkit.checks.model import Status
-from clusterkit.commands.common import connect_options, load_targets
+from clusterkit.commands.common import connect_options, load_targets, target_request
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
@@ -38,12 +38,12 @@ def bench_timeout(args: argparse.Namespace, settings: BenchSettings) -> float:
 def bench_options(
     args: argparse.Namespace,
     settings: BenchSettings,
-    facts: dict,
-    environ: Mapping[str, str] | None = None,
+    facts: Mapping[str, Mapping[str, Any]],
+    environ: Mapping[str, str] = types.MappingProxyType({}),
 ) -> BenchOptions:
     """Validate the sweep flags (one-line usage errors) and build the launcher's options:
-    flags over the inventory's `clusterkit.bench`, over its defaults. `environ` (None: this
-    process's) is the environment the run was started in."""
+    flags over the inventory's `clusterkit.bench`, over its defaults. `environ` holds the
+    variables the run was started with (none given: none)."""
     for flag, value in (("-b", args.minbytes), ("-e", args.maxbytes)):
         try:
             if value is not None:
@@ -91,7 +91,7 @@ def bench_options(
         find_slow=args.find_slow,
         find_slow_group=args.group_size,
         per_node=args.per_node or None,
-        environ=dict(os.environ if environ is None else environ),
+        environ=dict(environ),
         facts=facts,
     )
     if parse_size(options.minbytes) > parse_size(options.maxbytes):
@@ -115,7 +115,7 @@ def failed_result(report: Report) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     started = time.monotonic()
-    inventory, slurm = load_targets(args, env)
+    inventory, slurm = load_targets(target_request(args), env)
     settings = inventory.settings.bench
     deadline = Deadline.after(bench_timeout(args, settings))
     bench_options(args, settings, {}, env.environ)  # usage errors before any connection
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     ]
     try:
         # On Slurm nodes over srun (inside an allocation): each stage in one job step.
-        run_stages(session, slurm_stages(args, slurm, stages))
+        run_stages(session, slurm_stages(slurm, stages, env.environ))
     finally:
         session.close()
     report = build_report(session, "bench", seconds=time.monotonic() - started)

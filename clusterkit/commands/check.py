@@ -7,7 +7,7 @@ import time
 from typing import TextIO
 
 from clusterkit.checks.model import NEEDS_FIX
-from clusterkit.commands.common import checked_session, load_targets, machine_only
+from clusterkit.commands.common import checked_session, load_targets, target_request
 from clusterkit.environment import Environment
 from clusterkit.report import Report, emit
 from clusterkit.report.progress import progress
@@ -18,9 +18,10 @@ from clusterkit.status import ExitStatus
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     started = time.monotonic()
-    inventory, slurm = load_targets(args, env)
+    hosts = target_request(args)
+    inventory, slurm = load_targets(hosts, env)
     with progress(env) as bar:
-        session = checked_session(args, env, inventory, bar, slurm, machine=machine_only(args))
+        session = checked_session(args, env, inventory, bar, slurm, machine=hosts.machine_only)
         session.close()
     report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
     plan = fix_plan(report) if args.fix_plan else None

@@ -4,7 +4,7 @@ flags), and the check's stages, which `check` reports and `launch` runs before t
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from clusterkit.checks.parity import torch_cuda
@@ -14,7 +14,7 @@ from clusterkit.inventory import Inventory, load_inventory, local_inventory, sel
 from clusterkit.provision.remedy import with_stage_fixes
 from clusterkit.redact import redact_text
 from clusterkit.slurm.check import slurm_stages
-from clusterkit.slurm.target import SlurmTarget, slurm_target, wants_slurm
+from clusterkit.slurm.target import SlurmRequest, SlurmTarget, slurm_target
 from clusterkit.stages import Session, Stage, run_stages
 from clusterkit.stages.bench import BenchStage
 from clusterkit.stages.connect import ConnectStage
@@ -27,32 +27,68 @@ from clusterkit.stages.static import StaticStage
 from clusterkit.stages.storage import SHARED_SECONDS, StorageStage
 from clusterkit.transport.endpoint import ConnectOptions
 
-if TYPE_CHECKING:  # the launcher is imported only when the bench runs
-    from clusterkit.bench.launcher import BenchOptions
+if TYPE_CHECKING:  # the bench's modules are imported only when the bench runs
+    from clusterkit.bench.options import BenchOptions
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    """Which hosts a command acts on, as its flags name them."""
+
+    sources: tuple[str, ...] = ()  # the positional inventory, then every -i, in order
+    via_ansible: bool = False  # --inventory-via-ansible
+    slurm: SlurmRequest = field(default_factory=SlurmRequest)
+    python: str | None = None  # --python: the job's interpreter on every host
+    limit: str | None = None  # --limit
+
+    @property
+    def machine_only(self) -> bool:
+        """Whether the check describes this machine rather than a job's nodes: no inventory,
+        no Slurm nodes and no --python. A missing torch then says what the machine can run."""
+        return not (self.sources or self.slurm.wanted or self.python)
+
+
+def target_request(args: argparse.Namespace) -> TargetRequest:
+    """The hosts' flags of check, bench or launch (a flag a command lacks: not given)."""
+    positional = [args.inventory] if getattr(args, "inventory", None) else []
+    return TargetRequest(
+        sources=(*positional, *(getattr(args, "inventory_sources", None) or ())),
+        via_ansible=bool(getattr(args, "inventory_via_ansible", False)),
+        slurm=SlurmRequest(
+            allocation=bool(getattr(args, "slurm", False)),
+            nodes=getattr(args, "slurm_nodes", None),
+            partition=getattr(args, "slurm_partition", None),
+            settings=getattr(args, "settings", None),
+            transport=getattr(args, "transport", None),
+        ),
+        python=getattr(args, "python", None),
+        limit=getattr(args, "limit", None),
+    )
 
 
 def load_target(args: argparse.Namespace, env: Environment) -> Inventory:
     """The inventory named on the command line (limited), or this machine."""
-    return load_targets(args, env)[0]
+    return load_targets(target_request(args), env)[0]
 
 
-def load_targets(
-    args: argparse.Namespace, env: Environment
-) -> tuple[Inventory, SlurmTarget | None]:
+def load_targets(request: TargetRequest, env: Environment) -> tuple[Inventory, SlurmTarget | None]:
     """The hosts to act on: Slurm's nodes with --slurm* (an inventory, if given, supplies the
     settings and SSH parameters), else the inventory (limited), else this machine."""
-    sources = inventory_sources(args)
-    via_ansible = getattr(args, "inventory_via_ansible", False)
-    inventory = load_inventory(sources, via_ansible=via_ansible) if sources else None
+    inventory = (
+        load_inventory(request.sources, via_ansible=request.via_ansible, environ=env.environ)
+        if request.sources
+        else None
+    )
     for warning in inventory.warnings if inventory else ():  # Ansible would warn too: once
         print(f"clusterkit: warning: {redact_text(warning)}", file=env.stderr)
-    if wants_slurm(args):
-        target = slurm_target(args, inventory, env.environ)
+    slurm = request.slurm
+    if slurm.wanted:
+        target = slurm_target(slurm, inventory, env.environ)
         inventory = target.inventory
     else:
-        if getattr(args, "settings", None):
+        if slurm.settings:
             raise UsageError("--settings goes with --slurm, --slurm-nodes or --slurm-partition")
-        if getattr(args, "transport", None) == "srun":
+        if slurm.transport == "srun":
             raise UsageError(
                 "--transport srun needs Slurm nodes: add --slurm, --slurm-nodes or "
                 "--slurm-partition"
@@ -60,10 +96,10 @@ def load_targets(
         # This machine runs the job's Python as a node would: python3 on PATH, not the
         # interpreter clusterkit happens to run under.
         target, inventory = None, inventory or _job_python(local_inventory(), None)
-    if getattr(args, "python", None):
-        inventory = _job_python(inventory, args.python)
-    if getattr(args, "limit", None):
-        inventory = select_hosts(inventory, args.limit)
+    if request.python:
+        inventory = _job_python(inventory, request.python)
+    if request.limit:
+        inventory = select_hosts(inventory, request.limit)
     return inventory, target
 
 
@@ -71,18 +107,6 @@ def _job_python(inventory: Inventory, python: str | None) -> Inventory:
     """Every host runs `python` (None: each node's default, python3 on PATH)."""
     hosts = tuple(replace(host, python_interpreter=python) for host in inventory.hosts)
     return replace(inventory, hosts=hosts)
-
-
-def machine_only(args: argparse.Namespace) -> bool:
-    """Whether the check describes this machine rather than a job's nodes: no inventory,
-    no Slurm nodes and no --python. A missing torch then says what the machine can run."""
-    return not (inventory_sources(args) or wants_slurm(args) or getattr(args, "python", None))
-
-
-def inventory_sources(args: argparse.Namespace) -> list[str]:
-    """The positional inventory, then every -i source, in the order given."""
-    positional = [args.inventory] if getattr(args, "inventory", None) else []
-    return positional + list(getattr(args, "inventory_sources", None) or [])
 
 
 def connect_options(args: argparse.Namespace, env: Environment) -> ConnectOptions:
@@ -102,7 +126,7 @@ def check_stages(args: argparse.Namespace, env: Environment, inventory: Inventor
     broken: it would only hang."""
 
     def bench_options(session: Session) -> BenchOptions:
-        from clusterkit.bench.launcher import BenchOptions
+        from clusterkit.bench.options import BenchOptions
 
         facts = session.facts
         return BenchOptions.from_settings(
@@ -156,7 +180,8 @@ def checked_session(
         progress=bar,
     )
     try:
-        run_stages(session, slurm_stages(args, slurm, check_stages(args, env, inventory)))
+        stages = check_stages(args, env, inventory)
+        run_stages(session, slurm_stages(slurm, stages, env.environ))
     except BaseException:
         session.close()
         raise

@@ -93,8 +93,9 @@ def build(
     environ: Mapping[str, str] | None = None,
 ) -> Estimate:
     """Every input resolved, then the estimate; `today` ages the catalog's prices, and
-    `environ` (None: this process's) says where the user's catalog is."""
-    values = _merge(args)
+    `environ` holds the run's variables: where the user's catalog is (None: this
+    process's), and the inventory's limits (None: the defaults)."""
+    values = _merge(args, environ or {})
     warnings: list[str] = []
     nodes = values.get("nodes")
     if nodes is None:
@@ -171,19 +172,19 @@ class _Values:
         return origin if origin.startswith("inventory") else f"--{key.replace('_', '-')}"
 
 
-def _merge(args: argparse.Namespace) -> _Values:
+def _merge(args: argparse.Namespace, environ: Mapping[str, str]) -> _Values:
     values = _Values()
     if args.inventory:
-        _from_inventory(args.inventory, values)
+        _from_inventory(args.inventory, values, environ)
     for key in (*INVENTORY_KEYS, "nodes"):
         values.set(key, getattr(args, key, None), "flag")
     return values
 
 
-def _from_inventory(path: str, values: _Values) -> None:
+def _from_inventory(path: str, values: _Values, environ: Mapping[str, str]) -> None:
     from clusterkit.inventory import load_inventory
 
-    inventory = load_inventory(path)
+    inventory = load_inventory(path, environ=environ)
     values.set(
         "nodes", len(inventory.hosts), f"inventory {path} ({counted(len(inventory.hosts), 'host')})"
     )

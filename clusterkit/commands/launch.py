@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from clusterkit.commands.attempts import Attempts, subset
-from clusterkit.commands.common import checked_session, connect_options, load_targets
+from clusterkit.commands.common import (
+    checked_session,
+    connect_options,
+    load_targets,
+    target_request,
+)
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import Inventory
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
         raise UsageError(
             "clusterkit launch: no script to run", hint="put it after --: launch INV -- train.py"
         )
-    inventory, target = load_targets(args, env)
+    inventory, target = load_targets(target_request(args), env)
     options = supervise_options(args, env)
     try:
         return launch(args, env, inventory, options, target)
@@ -187,7 +192,7 @@ def slurm_left_out(
     def left_out(host: str, why: str) -> None:
         srun.unlaunchable.setdefault(host, f"left out by clusterkit: {why}")
         if args.slurm_drain:
-            problem = drain_left_out(host, why)
+            problem = drain_left_out(host, why, env.environ)
             if problem is None:
                 note(env, printable(f"clusterkit: {host} drained"))
                 return
@@ -294,9 +299,8 @@ def connect_gate(
     """Connections (every host, or nothing starts) and the probe's facts, no verdict."""
     session = Session(inventory, None, SessionOptions(forks=args.forks))
     try:
-        connect, probe = slurm_stages(
-            args, target, [ConnectStage(connect_options(args, env)), ProbeStage(PROBE_SECONDS)]
-        )
+        stages = [ConnectStage(connect_options(args, env)), ProbeStage(PROBE_SECONDS)]
+        connect, probe = slurm_stages(target, stages, env.environ)
         run_stages(session, [connect])
         if session.unreachable:
             for name, error in session.unreachable.items():

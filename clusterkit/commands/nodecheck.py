@@ -16,11 +16,11 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.xid import drain_notes as xid_drain_notes
 from clusterkit.environment import Environment
 from clusterkit.errors import TransportError
+from clusterkit.hostlist import check_node_name
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.probe.runner import DEFAULT_INTERPRETER, probe_host
 from clusterkit.report import Report, emit
 from clusterkit.slurm import drain
-from clusterkit.slurm.hostlist import check_node_name
 from clusterkit.slurm.target import load_settings
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
@@ -72,11 +72,11 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             if f.status in (Status.FAIL, Status.ERROR) or (args.strict and f.status is Status.WARN)
         ]
         action = drain.decide(
-            drain.node_state(name),
+            drain.node_state(name, env.environ),
             failing if status != 0 else [],
             node_drain_notes(name, findings, facts.get(name) or {}),
         )
-        drain.apply(name, action)
+        drain.apply(name, action, env.environ)
         report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
         print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=env.stderr)
     emit(report, args.format, args.output, env, only_problems=args.only_problems)

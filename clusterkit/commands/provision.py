@@ -36,7 +36,7 @@ def plan(args: argparse.Namespace, env: Environment) -> PlaybookRun:
     """The run the arguments ask for, after the same inventory checks `check` makes."""
     # ansible-playbook connects, not clusterkit: it runs the inventory's plugins and scripts
     # anyway, and honours become.
-    inventory = load_inventory(args.inventory, for_ansible=True)
+    inventory = load_inventory(args.inventory, for_ansible=True, environ=env.environ)
     for warning in inventory.warnings:
         print(f"clusterkit: warning: {redact_text(warning)}", file=env.stderr)
     if args.limit:

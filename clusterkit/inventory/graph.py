@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory.hostpatterns import HostPatternError, expand_host_key
+from clusterkit.inventory.hostpatterns import (
+    DEFAULT_MAX_RANGE_HOSTS,
+    HostPatternError,
+    expand_host_key,
+)
 from clusterkit.inventory.yamlfile import LineMap
 
 Origin = tuple[str, int | None]  # (file, line) a variable was set at
@@ -102,9 +106,10 @@ class GraphBuilder:
     """Adds the groups, hosts and variables of one or more sources to one graph, as Ansible's
     inventory does; `path` is the source being read (errors and origins name it)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, max_range_hosts: int = DEFAULT_MAX_RANGE_HOSTS) -> None:
         self.graph = InventoryGraph(path)
         self.path = path
+        self.max_range_hosts = max_range_hosts  # the most names one host key may expand to
         self._add_group("all")
         self._add_group("ungrouped")
         self._add_child("all", "ungrouped", None)
@@ -230,7 +235,7 @@ class GraphBuilder:
         if not isinstance(key, str):
             self.error(f"host name {key!r} must be a string; quote it", line)
         try:
-            names, port = expand_host_key(key)
+            names, port = expand_host_key(key, self.max_range_hosts)
         except HostPatternError as exc:
             self.error(str(exc), line, key=key)
         if host_vars is not None and not isinstance(host_vars, Mapping):

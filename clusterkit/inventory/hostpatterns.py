@@ -8,9 +8,9 @@ in one key. A key that is not a recognisable address is kept verbatim, as Ansibl
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import string
+from collections.abc import Mapping
 
 MAX_RANGE_VARIABLE = "CLUSTERKIT_MAX_RANGE_HOSTS"
 DEFAULT_MAX_RANGE_HOSTS = 100_000
@@ -53,27 +53,28 @@ def split_port(key: str) -> tuple[str, int | None]:
     return host, port
 
 
-def max_range_hosts() -> int:
-    """The most host names one key may expand to (CLUSTERKIT_MAX_RANGE_HOSTS overrides)."""
-    text = os.environ.get(MAX_RANGE_VARIABLE, "")
+def max_range_hosts(environ: Mapping[str, str]) -> int:
+    """The most host names one key may expand to (the run's CLUSTERKIT_MAX_RANGE_HOSTS
+    overrides the default)."""
+    text = environ.get(MAX_RANGE_VARIABLE, "")
     if text.isdigit() and int(text) > 0:
         return int(text)
     return DEFAULT_MAX_RANGE_HOSTS
 
 
-def expand_ranges(name: str) -> list[str]:
+def expand_ranges(name: str, limit: int = DEFAULT_MAX_RANGE_HOSTS) -> list[str]:
     """Every host name a key with `[begin:end(:step)]` ranges stands for, in order; a key
-    that would expand past max_range_hosts() is refused before anything is built."""
+    that would expand past `limit` names is refused before anything is built."""
     if "[" not in name:
         return [name]
     pieces: list[str | list[str]] = []  # literal text and range values, alternating
-    total, limit, rest = 1, max_range_hosts(), name
+    total, rest = 1, name
     while (start := rest.find("[")) >= 0:
         end = rest.find("]", start)
         if end < 0:
             raise HostPatternError(f"unclosed host range in {name!r}")
         body = rest[start + 1 : end]
-        values = _range_values(body, name, limit // total)
+        values = _range_values(body, name, limit // total, limit)
         total *= len(values)
         pieces += [rest[:start], values]
         rest = rest[end + 1 :]
@@ -88,7 +89,7 @@ def expand_ranges(name: str) -> list[str]:
     return names
 
 
-def _range_values(body: str, name: str, room: int) -> list[str]:
+def _range_values(body: str, name: str, room: int, limit: int) -> list[str]:
     """The values of one `[begin:end(:step)]`; more than `room` of them is an error."""
     bounds = body.split(":")
     if len(bounds) not in (2, 3):
@@ -109,7 +110,7 @@ def _range_values(body: str, name: str, room: int) -> list[str]:
         first, last = letters.index(begin), letters.index(end)
         if first > last:
             raise HostPatternError(f"host range [{body}] in {name!r} has begin after end")
-        _check_room(body, name, len(range(first, last + 1, step)), room)
+        _check_room(body, name, len(range(first, last + 1, step)), room, limit)
         return list(letters[first : last + 1 : step])
     if not (begin.isdigit() and end.isdigit() and begin.isascii() and end.isascii()):
         raise HostPatternError(
@@ -126,20 +127,19 @@ def _range_values(body: str, name: str, room: int) -> list[str]:
     numbers = range(int(begin), int(end) + 1, step)
     if not numbers:
         raise HostPatternError(f"host range [{body}] in {name!r} has begin after end")
-    _check_room(body, name, len(numbers), room)
+    _check_room(body, name, len(numbers), room, limit)
     return [str(number).zfill(width) for number in numbers]
 
 
-def _check_room(body: str, name: str, count: int, room: int) -> None:
+def _check_room(body: str, name: str, count: int, room: int, limit: int) -> None:
     if count > room:
-        limit = max_range_hosts()
         raise HostPatternError(
             f"host range [{body}] in {name!r} expands to more than {limit} hosts "
             f"(the limit; set {MAX_RANGE_VARIABLE} to raise it)"
         )
 
 
-def expand_host_key(key: str) -> tuple[list[str], int | None]:
-    """The host names and the port (or None) a YAML inventory host key stands for."""
+def expand_host_key(key: str, limit: int = DEFAULT_MAX_RANGE_HOSTS) -> tuple[list[str], int | None]:
+    """The host names (at most `limit` of them) and the port (or None) a host key stands for."""
     host, port = split_port(key)
-    return expand_ranges(host), port
+    return expand_ranges(host, limit), port

@@ -157,7 +157,7 @@ class _IniReader:
             self.fail(f"expected a host name, got {line!r}", number)
         pattern = tokens[0]
         try:
-            names, port = expand_host_key(pattern)
+            names, port = expand_host_key(pattern, self.builder.max_range_hosts)
         except HostPatternError as exc:
             self.builder.error(str(exc), number, key=pattern)
         if pattern.strip().endswith(":") and port is None:

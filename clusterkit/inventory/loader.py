@@ -16,12 +16,14 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from clusterkit.errors import InventoryError
 from clusterkit.inventory.connection import connection_fields
 from clusterkit.inventory.graph import GraphBuilder, InventoryGraph, Origin, VarLayer
+from clusterkit.inventory.hostpatterns import max_range_hosts
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
 from clusterkit.inventory.names import host_name_problem, hostname_problem, username_problem
 from clusterkit.inventory.sources import NeedsAnsible, add_source, vars_base_dir
@@ -29,18 +31,23 @@ from clusterkit.inventory.varsfiles import VarsDirectory
 from clusterkit.inventory.viaansible import add_listing, list_with_ansible, unasked
 from clusterkit.settings import VARIABLE, parse_settings
 
+NO_VARIABLES: Mapping[str, str] = types.MappingProxyType({})
+
 
 def load_inventory(
     sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     via_ansible: bool = False,
     for_ansible: bool = False,
+    environ: Mapping[str, str] = NO_VARIABLES,
 ) -> Inventory:
     """Read inventory sources in order (group_vars/ and host_vars/ beside each included);
     `via_ansible` resolves them all with ansible-inventory instead of the native readers.
     A source only Ansible can read (a plugin, a script) runs code when resolved: refused
     unless `via_ansible`. `for_ansible`: the caller hands the inventory to Ansible itself
-    (provision), which runs such sources anyway and honours become, refused otherwise."""
+    (provision), which runs such sources anyway and honours become, refused otherwise.
+    `environ` holds the run's variables: the limits' overrides, and what ansible-inventory
+    runs with (none given: the defaults, and Ansible's own variables only)."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     paths = [os.fspath(source) for source in sources]
@@ -49,7 +56,7 @@ def load_inventory(
     where = paths[0] if len(paths) == 1 else ", ".join(paths)
     try:
         with _collector_paused():
-            return _load(paths, via_ansible, for_ansible)
+            return _load(paths, via_ansible, for_ansible, environ)
     except InventoryError:
         raise
     except RecursionError:
@@ -72,9 +79,12 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load(paths: list[str], via_ansible: bool, for_ansible: bool) -> Inventory:
+def _load(
+    paths: list[str], via_ansible: bool, for_ansible: bool, environ: Mapping[str, str]
+) -> Inventory:
     where = paths[0] if len(paths) == 1 else ", ".join(paths)
-    builder = GraphBuilder(where)
+    limit = max_range_hosts(environ)
+    builder = GraphBuilder(where, limit)
     base_dirs = [vars_base_dir(path) for path in paths]
     try:
         if via_ansible:
@@ -84,8 +94,8 @@ def _load(paths: list[str], via_ansible: bool, for_ansible: bool) -> Inventory:
     except NeedsAnsible as needs:
         if not (via_ansible or for_ansible):
             raise unasked(needs, where) from None
-        builder = GraphBuilder(where)
-        add_listing(builder, list_with_ansible(paths, needs))
+        builder = GraphBuilder(where, limit)
+        add_listing(builder, list_with_ansible(paths, needs, environ))
         base_dirs = []  # Ansible's listing already holds the vars files' variables
     builder.path = where
     graph = builder.reconcile()

@@ -4,9 +4,9 @@ Inventory plugins (aws_ec2, gcp_compute, constructed, ...), executable scripts a
 can only be resolved by Ansible. That runs code on this machine (a script, a plugin, any
 `lookup('pipe', ...)` in a `compose`), so it happens only with --inventory-via-ansible: a
 source found to need it otherwise is refused (`unasked`), never run. Ansible is GPL, so it
-is run as a program, never imported. The
-run has a deadline (CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT seconds, default 120); on expiry its
-whole process group is killed. Its `--list` output carries every host's resolved variables
+is run as a program, never imported, in the run's environment. The run has a deadline
+(CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT seconds, default 120); on expiry its whole process
+group is killed. Its `--list` output carries every host's resolved variables
 (group_vars/ and host_vars/ included), so the graph built from it needs no vars files.
 """
 
@@ -33,8 +33,9 @@ KILL_WAIT = 5.0  # ansible-inventory is reaped by then once its group is killed
 INSTALL_HINT = "install Ansible: pip install ansible-core (or your distribution's ansible package)"
 
 
-def ansible_timeout() -> float:
-    text = os.environ.get(TIMEOUT_VARIABLE, "")
+def ansible_timeout(environ: Mapping[str, str]) -> float:
+    """The run's CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT, else the default; seconds."""
+    text = environ.get(TIMEOUT_VARIABLE, "")
     try:
         seconds = float(text) if text else DEFAULT_TIMEOUT
     except ValueError:
@@ -46,9 +47,10 @@ def ansible_timeout() -> float:
     return seconds
 
 
-def find_ansible_inventory() -> str | None:
-    """ansible-inventory on PATH, else beside this Python (Ansible installed in the same venv)."""
-    return shutil.which("ansible-inventory") or shutil.which(
+def find_ansible_inventory(environ: Mapping[str, str]) -> str | None:
+    """ansible-inventory on the run's PATH (none: the system's default search path), else
+    beside this Python (Ansible installed in the same venv)."""
+    return shutil.which("ansible-inventory", path=environ.get("PATH", os.defpath)) or shutil.which(
         "ansible-inventory", path=os.path.dirname(sys.executable)
     )
 
@@ -68,10 +70,13 @@ def unasked(needs: NeedsAnsible, where: str) -> InventoryError:
     )
 
 
-def list_with_ansible(sources: Sequence[str], needs: NeedsAnsible) -> dict[str, Any]:
-    """The `ansible-inventory --list` JSON for the sources, or one InventoryError."""
+def list_with_ansible(
+    sources: Sequence[str], needs: NeedsAnsible, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """The `ansible-inventory --list` JSON for the sources, or one InventoryError; it runs
+    with the run's `environ` (Ansible's own settings, a plugin's credentials)."""
     where = ", ".join(sources)
-    executable = find_ansible_inventory()
+    executable = find_ansible_inventory(environ)
     if executable is None:
         what = needs.why if needs.path == where else f"{needs.path} is {needs.why}"
         raise InventoryError(
@@ -85,13 +90,13 @@ def list_with_ansible(sources: Sequence[str], needs: NeedsAnsible) -> dict[str, 
         argv += ["-i", source]
     argv.append("--list")
     env = dict(
-        os.environ,
+        environ,
         ANSIBLE_INVENTORY_UNPARSED_FAILED="True",
         ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="True",  # a broken source is an error here too
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORCE_COLOR="0",
     )
-    timeout = ansible_timeout()
+    timeout = ansible_timeout(environ)
     process = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,

@@ -8,13 +8,13 @@ wait), and cancels it when the check ends, whatever happened.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
+from collections.abc import Mapping
 
 from clusterkit.errors import TransportError, UsageError
 from clusterkit.inventory.model import Inventory
+from clusterkit.slurm.target import slurm_tool
 from clusterkit.transport.srun import SrunSession
 
 ALLOCATE_SECONDS = 30
@@ -25,30 +25,37 @@ def interpreter_of(inventory: Inventory) -> str:
     return inventory.hosts[0].python_interpreter or "python3"
 
 
-def open_srun_session(inventory: Inventory, job_id: str | None) -> SrunSession:
+def open_srun_session(
+    inventory: Inventory, job_id: str | None, environ: Mapping[str, str]
+) -> SrunSession:
     """A session over the inventory's nodes (their Slurm names), in `job_id`'s allocation or
-    one of our own; closing it ends its steps and cancels our own allocation."""
+    one of our own; closing it ends its steps and cancels our own allocation. The Slurm
+    tools are found on, and run with, the run's `environ`."""
     for tool in ("srun", "scancel"):
-        if shutil.which(tool) is None:
+        if slurm_tool(tool, environ) is None:
             raise UsageError(f"--transport srun: {tool} not found (install the Slurm client)")
     names = [host.name for host in inventory.hosts]
-    own = None if job_id else allocate(names)
+    own = None if job_id else allocate(names, environ)
 
     def release() -> None:
         if own:
-            subprocess.run(["scancel", own], capture_output=True, timeout=15, check=False)
+            subprocess.run(
+                ["scancel", own], capture_output=True, timeout=15, env=dict(environ), check=False
+            )
 
     return SrunSession(
         names,
         job_id=job_id or own,
         interpreter=interpreter_of(inventory),
         extra_args=inventory.settings.slurm.srun_args,
+        env=environ,
         on_close=release,
     )
 
 
-def allocate(names: list[str]) -> str:
-    """A job allocation of exactly these nodes, granted now or refused; its job id."""
+def allocate(names: list[str], environ: Mapping[str, str]) -> str:
+    """A job allocation of exactly these nodes, granted now or refused; its job id. salloc
+    runs in the run's `environ` (its PATH finds it, its SLURM_* variables apply)."""
     argv = [
         "salloc",
         "--no-shell",
@@ -63,7 +70,7 @@ def allocate(names: list[str]) -> str:
             capture_output=True,
             text=True,
             timeout=ALLOCATE_SECONDS + 15,
-            env=dict(os.environ),
+            env=dict(environ),
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as error:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,20 +21,16 @@ NO_STEP_STAGES = ("connect", "static")
 STEP_MARGIN = 30.0  # a phase's step outlives the stage's own bound by this much
 
 
-def transport_for(args: argparse.Namespace, target: SlurmTarget) -> str:
-    """ssh or srun: srun by default inside the allocation that holds the nodes."""
-    return getattr(args, "transport", None) or ("srun" if target.job_id else "ssh")
-
-
 def slurm_stages(
-    args: argparse.Namespace, target: SlurmTarget | None, stages: Sequence[Stage]
+    target: SlurmTarget | None, stages: Sequence[Stage], environ: Mapping[str, str]
 ) -> list[Stage]:
     """The check's stages as they run on this target: unchanged over SSH; over srun, the
     connect stage hands out srun transports (closing them ends the steps and any allocation
-    of our own) and each node stage runs in one job step."""
-    if target is None or transport_for(args, target) == "ssh":
+    of our own) and each node stage runs in one job step. `environ` is the run's: srun,
+    salloc and scancel run in it."""
+    if target is None or target.transport == "ssh":
         return list(stages)
-    srun = open_srun_session(target.inventory, target.job_id)
+    srun = open_srun_session(target.inventory, target.job_id, environ)
     return [
         SrunConnectStage(srun, target.source) if stage.name == "connect" else stage
         for stage in in_steps(srun, stages)

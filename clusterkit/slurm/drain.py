@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterkit.errors import ExternalToolError
-from clusterkit.slurm.hostlist import check_node_name
+from clusterkit.hostlist import check_node_name
+from clusterkit.slurm.target import slurm_tool
 
 REASON_PREFIX = "clusterkit:"
 REASON_LIMIT = 200  # Slurm keeps the reason in its state; a long list of ids is cut
@@ -68,22 +68,28 @@ def decide(node: NodeState, failing: list[str], notes: Sequence[str] = ()) -> Ac
     return Action("keep", "passes")
 
 
-def local_node_name(env: Mapping[str, str] | None = None) -> str:
-    """Slurm's name for this node: SLURMD_NODENAME when Slurm set it, else `hostname -s`;
-    a UsageError unless it is one node's name (scontrol takes `gpu[01-64]` as a range)."""
-    env = os.environ if env is None else env
-    if name := env.get("SLURMD_NODENAME"):
+def local_node_name(environ: Mapping[str, str]) -> str:
+    """Slurm's name for this node: SLURMD_NODENAME when Slurm set it in the run's `environ`,
+    else `hostname -s`; a UsageError unless it is one node's name (scontrol takes
+    `gpu[01-64]` as a range)."""
+    if name := environ.get("SLURMD_NODENAME"):
         return check_node_name(name, "SLURMD_NODENAME")
     return check_node_name(os.uname().nodename.split(".")[0], "hostname -s")
 
 
-def _scontrol(*args: str) -> str:
-    tool = shutil.which("scontrol")
+def _scontrol(environ: Mapping[str, str], *args: str) -> str:
+    """scontrol ARGS, found on and run with the run's `environ`; its stdout."""
+    tool = slurm_tool("scontrol", environ)
     if tool is None:
         raise ExternalToolError("--slurm-drain: scontrol not found (install the Slurm client)")
     try:
         done = subprocess.run(
-            [tool, *args], capture_output=True, text=True, timeout=SCONTROL_SECONDS, check=False
+            [tool, *args],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_SECONDS,
+            env=dict(environ),
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise ExternalToolError(
@@ -113,17 +119,17 @@ def parse_node_state(text: str, name: str) -> NodeState:
     return NodeState(state.group(1), reason)
 
 
-def node_state(name: str) -> NodeState:
-    text = _scontrol("show", "node", check_node_name(name, "--slurm-drain"), "-o")
+def node_state(name: str, environ: Mapping[str, str]) -> NodeState:
+    text = _scontrol(environ, "show", "node", check_node_name(name, "--slurm-drain"), "-o")
     return parse_node_state(text, name)
 
 
-def apply(name: str, action: Action) -> None:
+def apply(name: str, action: Action, environ: Mapping[str, str]) -> None:
     check_node_name(name, "--slurm-drain")
     if action.kind == "drain":
-        _scontrol("update", f"nodename={name}", "state=drain", f"reason={action.reason}")
+        _scontrol(environ, "update", f"nodename={name}", "state=drain", f"reason={action.reason}")
     elif action.kind == "resume":
-        _scontrol("update", f"nodename={name}", "state=resume")
+        _scontrol(environ, "update", f"nodename={name}", "state=resume")
 
 
 def left_out_reason(why: str) -> str:
@@ -143,14 +149,14 @@ def drain_command(name: str, why: str) -> str:
     )  # fmt: skip
 
 
-def drain_left_out(name: str, why: str) -> str | None:
+def drain_left_out(name: str, why: str, environ: Mapping[str, str]) -> str | None:
     """Drain a node a launch left out, unless someone else drained it already; None when
     done (or already drained), else why not (a user's job usually may not: scontrol says)."""
     try:
-        state = node_state(name)
+        state = node_state(name, environ)
         if state.draining and not state.ours:
             return None
-        apply(name, Action("drain", left_out_reason(why)))
+        apply(name, Action("drain", left_out_reason(why)), environ)
     except ExternalToolError as error:
         return str(error)
     return None

@@ -16,13 +16,12 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from clusterkit.errors import ConfigError, UsageError
+from clusterkit.hostlist import NODE_NAME, check_node_name, expand_hostlist
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
 from clusterkit.inventory.yamlfile import load_yaml
 from clusterkit.settings import VARIABLE, parse_settings
-from clusterkit.slurm.hostlist import NODE_NAME, check_node_name, expand_hostlist
 
 SLURM_SECONDS = 15.0  # sinfo / scontrol answer from slurmctld: bounded like any remote call
 NAMES_IN_ARGV = 32768  # characters of node names given to scontrol; past that it lists all
@@ -30,87 +29,115 @@ _SETTINGS_KEYS = (VARIABLE, "ansible_python_interpreter")
 
 
 @dataclass(frozen=True)
+class SlurmRequest:
+    """The Slurm options of a command line (check, bench, launch), as given."""
+
+    allocation: bool = False  # --slurm: the nodes of the allocation we run in
+    nodes: str | None = None  # --slurm-nodes HOSTLIST
+    partition: str | None = None  # --slurm-partition P
+    settings: str | None = None  # --settings FILE
+    transport: str | None = None  # --transport ssh|srun; None: srun inside the allocation
+
+    @property
+    def wanted(self) -> bool:
+        """Whether the command acts on Slurm's nodes (rather than an inventory's)."""
+        return bool(self.allocation or self.nodes or self.partition)
+
+
+@dataclass(frozen=True)
 class SlurmTarget:
     inventory: Inventory
     job_id: str | None  # the allocation the check runs in, if any
     source: str  # "SLURM_JOB_NODELIST", "--slurm-nodes", "--slurm-partition P"
-
-
-def wants_slurm(args: Any) -> bool:
-    return bool(
-        getattr(args, "slurm", False)
-        or getattr(args, "slurm_nodes", None)
-        or getattr(args, "slurm_partition", None)
-    )
+    transport: str  # how the stages reach the nodes: "ssh" or "srun"
 
 
 def slurm_target(
-    args: Any, inventory: Inventory | None, env: Mapping[str, str] | None = None
+    request: SlurmRequest, inventory: Inventory | None, environ: Mapping[str, str]
 ) -> SlurmTarget:
-    """The nodes and settings for `check --slurm*`; UsageError/ConfigError on bad input."""
-    env = os.environ if env is None else env
+    """The nodes and settings for `check --slurm*`, in the run's `environ` (the allocation's
+    variables, and the PATH that finds scontrol); UsageError/ConfigError on bad input."""
     chosen = [
         flag
         for flag, given in (
-            ("--slurm", getattr(args, "slurm", False)),
-            ("--slurm-nodes", getattr(args, "slurm_nodes", None)),
-            ("--slurm-partition", getattr(args, "slurm_partition", None)),
+            ("--slurm", request.allocation),
+            ("--slurm-nodes", request.nodes),
+            ("--slurm-partition", request.partition),
         )
         if given
     ]
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)} cannot be combined: name the nodes one way")
-    job_id = env.get("SLURM_JOB_ID") or None
-    if getattr(args, "slurm", False):
-        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-        if not nodelist:
-            raise UsageError(
-                "--slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is not set)",
-                hint="run it in sbatch/salloc, or name nodes with --slurm-nodes/--slurm-partition",
-            )
-        names, source = expand_hostlist(nodelist), "SLURM_JOB_NODELIST"
-    elif getattr(args, "slurm_nodes", None):
-        names, source = expand_hostlist(args.slurm_nodes), "--slurm-nodes"
-        job_id = job_id if _inside(names, env) else None
-    else:
-        partition = args.slurm_partition
-        names, source = partition_nodes(partition, env), f"--slurm-partition {partition}"
-        job_id = job_id if _inside(names, env) else None
+    names, source, job_id = _named_nodes(request, environ)
     for name in names:
         check_node_name(name, source)
     names = list(dict.fromkeys(names))  # a node named twice is checked once
-    settings_file = getattr(args, "settings", None)
-    if inventory is not None and settings_file:
+    if inventory is not None and request.settings:
         raise UsageError("give --settings or an inventory, not both: both hold the settings")
     if inventory is not None:
         hosts = _hosts_from_inventory(inventory, names, source)
         settings = inventory.settings
         path = inventory.path
     else:
-        settings, interpreter = (
-            load_settings(settings_file) if settings_file else (ClusterSettings(), None)
-        )
-        # Slurm nodes share the filesystem: by default they run the interpreter (and its
-        # torch) that clusterkit runs under here, as the job itself will.
-        interpreter = interpreter or sys.executable
-        addresses = node_addresses(names, env)
-        hosts = [
-            Host(
-                name=name,
-                address=addresses.get(name, name),
-                python_interpreter=interpreter,
-                groups=("all", "slurm"),
-            )
-            for name in names
-        ]
-        path = settings_file
+        settings, hosts = _hosts_from_slurm(names, request.settings, environ)
+        path = request.settings
     if settings.master is None:
         settings = replace(settings, master=names[0])
-    return SlurmTarget(Inventory(path=path, hosts=tuple(hosts), settings=settings), job_id, source)
+    return SlurmTarget(
+        Inventory(path=path, hosts=tuple(hosts), settings=settings),
+        job_id,
+        source,
+        request.transport or ("srun" if job_id else "ssh"),
+    )
+
+
+def _named_nodes(
+    request: SlurmRequest, environ: Mapping[str, str]
+) -> tuple[list[str], str, str | None]:
+    """(node names, where they came from, the allocation that holds them all, if any)."""
+    job_id = environ.get("SLURM_JOB_ID") or None
+    if request.allocation:
+        nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+        if not nodelist:
+            raise UsageError(
+                "--slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is not set)",
+                hint="run it in sbatch/salloc, or name nodes with --slurm-nodes/--slurm-partition",
+            )
+        return expand_hostlist(nodelist), "SLURM_JOB_NODELIST", job_id
+    if request.nodes:
+        names, source = expand_hostlist(request.nodes), "--slurm-nodes"
+    else:
+        partition = request.partition or ""
+        names = partition_nodes(partition, environ)
+        source = f"--slurm-partition {partition}"
+    return names, source, job_id if _inside(names, environ) else None
+
+
+def _hosts_from_slurm(
+    names: list[str], settings_file: str | None, environ: Mapping[str, str]
+) -> tuple[ClusterSettings, list[Host]]:
+    """Settings from --settings (or the defaults) and a host per node, at its NodeAddr."""
+    settings, interpreter = (
+        load_settings(settings_file) if settings_file else (ClusterSettings(), None)
+    )
+    # Slurm nodes share the filesystem: by default they run the interpreter (and its
+    # torch) that clusterkit runs under here, as the job itself will.
+    interpreter = interpreter or sys.executable
+    addresses = node_addresses(names, environ)
+    hosts = [
+        Host(
+            name=name,
+            address=addresses.get(name, name),
+            python_interpreter=interpreter,
+            groups=("all", "slurm"),
+        )
+        for name in names
+    ]
+    return settings, hosts
 
 
 def _inside(names: list[str], env: Mapping[str, str]) -> bool:
-    """Whether every node is in this process's own allocation (steps can run there)."""
+    """Whether every node is in the run's own allocation (steps can run there)."""
     nodelist = env.get("SLURM_JOB_NODELIST")
     if not nodelist:
         return False
@@ -152,8 +179,14 @@ def load_settings(path: str) -> tuple[ClusterSettings, str | None]:
     return settings, interpreter
 
 
+def slurm_tool(name: str, environ: Mapping[str, str]) -> str | None:
+    """Where the run's PATH finds a Slurm client tool (no PATH: the system's default
+    search path, as exec uses), or None."""
+    return shutil.which(name, path=environ.get("PATH", os.defpath))
+
+
 def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
-    tool = shutil.which(argv[0], path=env.get("PATH"))  # no PATH there: this process's
+    tool = slurm_tool(argv[0], env)
     if tool is None:
         raise UsageError(f"{what}: {argv[0]} not found (install the Slurm client tools)")
     try:
@@ -193,7 +226,7 @@ def node_addresses(names: list[str], env: Mapping[str, str]) -> dict[str, str]:
     """NodeName -> NodeAddr from `scontrol show node` (SSH goes there); {} when unknown.
     Many names are not put in scontrol's argv (Linux refuses one argument over 128 KiB):
     then every node is listed and only ours kept."""
-    if shutil.which("scontrol", path=env.get("PATH")) is None:
+    if slurm_tool("scontrol", env) is None:
         return {}
     joined = ",".join(names)
     which = [joined] if len(joined) <= NAMES_IN_ARGV else []

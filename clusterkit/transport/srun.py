@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from clusterkit.errors import TransportError
-from clusterkit.slurm.hostlist import check_node_name
+from clusterkit.hostlist import check_node_name
 from clusterkit.transport.base import (
     DEFAULT_OUTPUT_CAP,
     CommandResult,
@@ -130,7 +130,7 @@ class SrunStep:
         ]
 
     def _env(self) -> dict[str, str]:
-        env = dict(self.session.env if self.session.env is not None else os.environ)
+        env = dict(self.session.env)
         for name in _LAYOUT_ENV:
             env.pop(name, None)
         return env
@@ -307,7 +307,7 @@ class SrunStep:
                     [self.session.scancel, f"{self.ids[0]}.{self.ids[1]}"],
                     capture_output=True,
                     timeout=STOP_SECONDS,
-                    env=dict(self.session.env) if self.session.env is not None else None,
+                    env=dict(self.session.env),
                     check=False,
                 )
         elif self.popen.poll() is None:
@@ -423,7 +423,8 @@ class SrunSession:
     """The allocation's nodes and the step of the current phase.
 
     `phase(name)` opens one step over every node for the commands of that phase; a command
-    started outside any phase gets a step of its own node only.
+    started outside any phase gets a step of its own node only. srun and scancel run with
+    `env`, the run's variables (its PATH finds them; layout variables are dropped).
     """
 
     def __init__(
@@ -433,7 +434,7 @@ class SrunSession:
         job_id: str | None = None,
         interpreter: str = "python3",
         extra_args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str],
         srun: Sequence[str] = ("srun",),
         scancel: str = "scancel",
         on_close: Callable[[], None] | None = None,

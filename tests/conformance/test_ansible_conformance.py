@@ -241,9 +241,7 @@ def test_inventory_via_ansible_agrees_with_the_native_readers(name: str, tmp_pat
     assert {h.name: h for h in native.hosts} == {h.name: h for h in through.hosts}
 
 
-def test_a_stalled_inventory_script_is_killed_at_the_deadline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_stalled_inventory_script_is_killed_at_the_deadline(tmp_path: Path) -> None:
     marker = tmp_path / "script.pid"
     script = tmp_path / "slow.py"
     script.write_text(
@@ -251,10 +249,10 @@ def test_a_stalled_inventory_script_is_killed_at_the_deadline(
         f"open({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
     )
     script.chmod(0o755)
-    monkeypatch.setenv("CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT", "5")
+    environ = {**os.environ, "CLUSTERKIT_ANSIBLE_INVENTORY_TIMEOUT": "5"}
     started = time.monotonic()
     with pytest.raises(InventoryError, match="did not finish within 5 s"):
-        load_inventory(script, via_ansible=True)
+        load_inventory(script, via_ansible=True, environ=environ)
     assert time.monotonic() - started < 60
     if marker.exists():  # the script had started: it must be gone with its process group
         pid = int(marker.read_text())

@@ -7,12 +7,11 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from clusterkit.slurm.hostlist import parse_hostlist
-from clusterkit.slurm.target import slurm_target
+from clusterkit.hostlist import parse_hostlist
+from clusterkit.slurm.target import SlurmRequest, slurm_target
 from tests.support.slurmcluster import SlurmCluster
 from tests.unit.test_slurm_hostlist import INVALID, VALID
 
@@ -79,9 +78,7 @@ def test_a_range_too_long_for_one_argument_is_expanded_here(
     once failed with "Argument list too long" and a traceback. The real nodes among them
     still get their addresses from Slurm."""
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    given = SimpleNamespace(
-        slurm=False, slurm_nodes="node[1-3],n[3-65535]", slurm_partition=None, settings=None
-    )
+    given = SlurmRequest(nodes="node[1-3],n[3-65535]")
     hosts = slurm_target(given, None, slurm.env).inventory.hosts
     assert len(hosts) == 65536 and hosts[-1].name == "n65535"
     assert hosts[0].address == slurm.net["node1"].address

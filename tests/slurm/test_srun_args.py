@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 import yaml
 
 from clusterkit.slurm.allocation import open_srun_session
-from clusterkit.slurm.target import slurm_target
+from clusterkit.slurm.target import SlurmRequest, slurm_target
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.pool import parallel
 from tests.support.slurmcluster import SlurmCluster
@@ -27,12 +26,11 @@ def test_srun_args_from_the_settings_reach_every_step(
     with slurm.allocation(3) as job:
         monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
         env = {**os.environ, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "node[1-3]"}
-        args = argparse.Namespace(slurm=True, slurm_nodes=None, slurm_partition=None)
-        args.settings = str(settings)
-        target = slurm_target(args, None, env)
+        request = SlurmRequest(allocation=True, settings=str(settings))
+        target = slurm_target(request, None, env)
         assert target.inventory.settings.slurm.srun_args == tuple(SRUN_ARGS)
 
-        session = open_srun_session(target.inventory, target.job_id)
+        session = open_srun_session(target.inventory, target.job_id, env)
         transports = session.transports()
         script = 'echo "$SLURM_JOB_NAME|$SLURM_CPUS_PER_TASK|$SLURM_STEP_ID"'
         try:

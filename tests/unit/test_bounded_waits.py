@@ -33,7 +33,7 @@ def test_an_srun_that_closes_its_output_and_lives_on_is_ended_in_bounded_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(srun, "STOP_SECONDS", 0.5)
-    session = srun.SrunSession(["n1"], srun=(sys.executable, "-c", STUCK_SRUN))
+    session = srun.SrunSession(["n1"], env={}, srun=(sys.executable, "-c", STUCK_SRUN))
     started = time.monotonic()
     try:
         with session.phase("probe", seconds=60), pytest.raises(TransportError) as error:
@@ -50,7 +50,7 @@ def test_an_srun_that_closes_its_output_and_lives_on_is_ended_in_bounded_time(
 
 def test_a_stuck_srun_is_killed_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(srun, "STOP_SECONDS", 0.5)
-    session = srun.SrunSession(["n1"], srun=(sys.executable, "-c", STUCK_SRUN))
+    session = srun.SrunSession(["n1"], env={}, srun=(sys.executable, "-c", STUCK_SRUN))
     step = session.open_step(["n1"], "probe", Deadline.after(60))
     end = time.monotonic() + 10
     while step.popen.poll() is None:

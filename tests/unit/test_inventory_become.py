@@ -172,7 +172,9 @@ def test_plugins_and_scripts_are_refused_and_never_run_unless_asked(tmp_path: Pa
     assert os.listdir(tmp_path / "ran") == []
 
 
-@pytest.mark.skipif(find_ansible_inventory() is None, reason="ansible-inventory not installed")
+@pytest.mark.skipif(
+    find_ansible_inventory(os.environ) is None, reason="ansible-inventory not installed"
+)
 def test_with_the_flag_ansible_inventory_runs_them_which_is_why_it_is_asked(
     tmp_path: Path,
 ) -> None:

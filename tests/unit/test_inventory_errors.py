@@ -87,12 +87,11 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_plugin_config_without_ansible_names_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(viaansible.sys, "executable", str(tmp_path / "empty" / "python"))
     path = tmp_path / "aws_ec2.yml"
     path.write_text("# aws\nplugin: aws_ec2\nregions: [x]\n")
-    with pytest.raises(InventoryError) as caught:
-        load_inventory(path, for_ansible=True)  # as provision, which runs Ansible
+    with pytest.raises(InventoryError) as caught:  # as provision, which runs Ansible
+        load_inventory(path, for_ansible=True, environ={"PATH": str(tmp_path / "empty")})
     message = str(caught.value)[len(str(path)) :]
     assert message.startswith(":2: an inventory plugin configuration: resolving it needs")
     assert "ansible-inventory, which is not installed" in message

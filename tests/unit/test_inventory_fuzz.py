@@ -106,7 +106,9 @@ def assert_clean_outcome(text: str, name: str) -> None:
         path = Path(directory) / name
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
         started = time.monotonic()
-        with mock.patch("clusterkit.inventory.viaansible.find_ansible_inventory", lambda: None):
+        with mock.patch(
+            "clusterkit.inventory.viaansible.find_ansible_inventory", lambda environ: None
+        ):
             try:
                 result = load_inventory(path)
             except InventoryError as error:

@@ -1,5 +1,6 @@
 """Imports point one way: every module of clusterkit/ sits in a layer and imports only from
-its own layer or those below, and no modules import each other, directly or round a loop.
+its own layer or those below, and no modules, nor packages, import each other, directly or
+round a loop. Only the commands see the command line's parsed arguments.
 
 Every import counts: at module level, inside functions and under TYPE_CHECKING. The layers
 are written down here and in docs/architecture.md ("Layers"), bottom first.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 
@@ -28,10 +30,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "clusterkit.safefiles", "clusterkit.logs", "clusterkit.data.*",
         "clusterkit.environment",  # the run's streams, variables and folder, handed down by main
         "clusterkit.report.escape",  # every layer prints node text safely
-        "clusterkit.slurm.hostlist",  # Slurm's node-name grammar, which the srun transport needs
+        "clusterkit.hostlist",  # Slurm's node-name grammar, which the srun transport needs
     )),
     # The Inventory model and its readers, the transports, and how node programs travel.
-    ("wire", ("clusterkit.inventory.*", "clusterkit.transport.*")),
+    # The probe's facts as types, and the checker every node message passes on arrival.
+    ("wire", ("clusterkit.inventory.*", "clusterkit.transport.*", "clusterkit.facts")),
     # Pure functions over facts, and the Finding (with its Fix) that everything speaks.
     ("checks", ("clusterkit.checks.*",)),
     # What a stage is and what the stages of one command share.
@@ -242,3 +245,95 @@ def test_the_architecture_page_lists_the_same_layers_top_first() -> None:
     section = ARCHITECTURE.read_text().split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| \*\*([\w ]+)\*\* \|", section, re.M)
     assert listed == [name for name, _ in reversed(LAYERS)]
+
+
+# Modules that count apart from their package in the package graph, each with why: they sit
+# in another layer than the rest of their package (LAYERS names each of them).
+APART: dict[str, str] = {
+    "clusterkit.report.escape": "base: every layer, checks included, prints node text safely",
+    "clusterkit.stages.base": "the stage contract, which the features implement",
+    "clusterkit.stages.session": "the stage contract, which the features implement",
+    "clusterkit.inventory.loader": "types the `clusterkit` variable with the settings schema",
+    "clusterkit.inventory": "re-exports load_inventory, so it sits with the loader",
+}
+
+
+def unit_of(name: str, apart: Collection[str] = tuple(APART)) -> str:
+    """The unit a module counts in: its package below clusterkit (`clusterkit.net` for
+    `clusterkit.net.firewall.iptables`), or itself for a top-level module or one apart."""
+    parts = name.split(".")
+    if name in apart:  # a package's __init__ apart from its package is a unit of its own
+        return f"{name}.__init__" if (ROOT / name.replace(".", "/")).is_dir() else name
+    if len(parts) < 2 or not (PACKAGE / parts[1]).is_dir():
+        return name
+    return ".".join(parts[:2])
+
+
+def packages(
+    edges: dict[str, frozenset[str]], apart: Collection[str] = tuple(APART)
+) -> dict[str, frozenset[str]]:
+    """The import graph of modules, as one between their units (see unit_of)."""
+    units: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        unit = unit_of(name, apart)
+        units.setdefault(unit, set()).update(unit_of(target, apart) for target in targets)
+    return {unit: frozenset(targets - {unit}) for unit, targets in units.items()}
+
+
+def test_no_packages_import_each_other() -> None:
+    """Packages point one way too: no package imports one that imports it back (the srun
+    transport once took its node-name grammar from slurm/, which is built on transports)."""
+    missing = set(APART) - set(modules())
+    assert not missing, f"not modules, remove from APART: {sorted(missing)}"
+    loops = cycles(packages(graph()))
+    assert not loops, "packages that import each other: " + "; ".join(map(" <-> ".join, loops))
+
+
+def test_every_module_apart_from_its_package_is_still_needed() -> None:
+    """Counted with its package, each APART module makes a loop: otherwise it is not apart."""
+    for name in APART:
+        others = [other for other in APART if other != name]
+        assert cycles(packages(graph(), others)), f"{name} need not be in APART: no loop without it"
+
+
+def test_a_loop_of_packages_through_their_submodules_is_found() -> None:
+    edges = {
+        "clusterkit.transport.srun": frozenset({"clusterkit.slurm.hostlist"}),
+        "clusterkit.slurm.check": frozenset({"clusterkit.transport.srun"}),
+        "clusterkit.slurm.hostlist": frozenset({"clusterkit.errors"}),
+        "clusterkit.errors": frozenset(),
+    }
+    assert cycles(packages(edges)) == [["clusterkit.slurm", "clusterkit.transport"]]
+
+
+# The command line's own modules: they define, parse and hand over the arguments.
+SEES_ARGUMENTS = ("clusterkit.cli", "clusterkit.__main__", "clusterkit.commands.*")
+# Modules that parse an argv of their own, not the command line's, each with why.
+OWN_PARSERS: dict[str, str] = {
+    "clusterkit.completion": "writes shell completion from the parser's definitions",
+    "clusterkit.bench.__main__": "`torchrun -m clusterkit.bench` on one machine: its own argv",
+    "clusterkit.node.bench_worker": "a program on the nodes, started by torchrun with its argv",
+    "clusterkit.node.image": "a program on the nodes, with an argv of its own",
+}
+# argparse's names, and reading flags off an untyped `args` (which once hid the Namespace).
+_ARGUMENTS = re.compile(r"\b(argparse|Namespace)\b|\bgetattr\(args\b")
+
+
+def test_only_the_commands_see_the_parsed_command_line() -> None:
+    """Below commands/, code takes typed requests (SlurmRequest, TargetRequest), never the
+    argparse Namespace: a renamed flag is then a type error, not a silent getattr default."""
+    mentions = [
+        name
+        for name, path in modules().items()
+        if not _sees(name) and name not in OWN_PARSERS and _ARGUMENTS.search(path.read_text())
+    ]
+    assert not mentions, f"parsed arguments outside the commands: {sorted(mentions)}"
+    stale = [name for name in OWN_PARSERS if not _ARGUMENTS.search(modules()[name].read_text())]
+    assert not stale, f"remove from OWN_PARSERS, they parse no argv: {stale}"
+
+
+def _sees(name: str) -> bool:
+    return any(
+        name == entry or (entry.endswith(".*") and name.startswith(entry[:-1]))
+        for entry in SEES_ARGUMENTS
+    )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from clusterkit import framing
+from clusterkit.facts import PROBE_VERSION
 from clusterkit.inventory.model import Host, Inventory
 from clusterkit.stages import Session, run_stages
 from clusterkit.stages.probe import ProbeStage
@@ -49,7 +50,7 @@ class WorkingTransport:
             self.clock.advance(deadline.remaining())
             return CommandResult(self.host, None, b"", b"", timed_out=True)
         self.clock.advance(WORK_SECONDS)
-        payload = {"facts": {"hostname": {"hostname": self.host}}}
+        payload = {"probe_version": PROBE_VERSION, "facts": {"hostname": {"hostname": self.host}}}
         return CommandResult(self.host, 0, framing.encode(payload), b"")
 
     def close(self) -> None:

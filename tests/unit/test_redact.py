@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import shlex
+import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -211,7 +212,7 @@ def test_log_lines_are_redacted(verbosity: int) -> None:
     try:
         logging.getLogger("clusterkit.test").warning("n1: said %s", f"HF_TOKEN='{SECRET}'")
     finally:
-        logs.configure(0)
+        logs.configure(0, sys.stderr)
     assert "n1: said HF_TOKEN=" in stream.getvalue() and SECRET not in stream.getvalue()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.errors import UsageError
-from clusterkit.slurm.hostlist import (
+from clusterkit.hostlist import (
     HostlistError,
     check_node_name,
     expand_hostlist,

@@ -1,6 +1,8 @@
 """Slurm's hostlist syntax (`gpu[001-004,007],login1`), expanded in-process by our own parser,
 which follows Slurm 22.05's rules (tests/slurm compares it with `scontrol show hostnames`),
-and the one-node names that Slurm passes on its own (SLURMD_NODENAME)."""
+and the one-node names that Slurm passes on its own (SLURMD_NODENAME). A base module,
+not part of slurm/: the srun transport checks node names with it, and slurm/ is built on
+the transports."""
 
 from __future__ import annotations
 
