@@ -7,8 +7,8 @@ import difflib
 import importlib
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from clusterkit import __version__
 from clusterkit.completion import SHELLS
@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
             stream = self.stderr if file is sys.stderr else self.stdout
             (stream or file or sys.stdout).write(message)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("clusterkit").strip()  # main prints "clusterkit: "
         hint = self._suggestion(message) or f"see `{self.prog} --help`"
         raise UsageError(f"{command}: {message}" if command else message, hint=hint)
@@ -70,7 +70,14 @@ def _stage_list(text: str) -> frozenset[str]:
 class _AddStages(argparse.Action):
     """`--skip network --skip bench` skips both: each use adds to the set, like a list."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, frozenset)  # _stage_list made it
         setattr(namespace, self.dest, frozenset(getattr(namespace, self.dest) or ()) | values)
 
 
@@ -78,12 +85,36 @@ class _Deprecated(argparse.Action):
     """An old spelling kept for one release: it still works, hidden from help and completion,
     and says on stderr what replaces it."""
 
-    def __init__(self, option_strings, dest, replacement: str, value=None, **kwargs) -> None:
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        replacement: str,
+        value: object = None,
+        *,
+        type: Callable[[str], object] | None = None,
+        choices: Iterable[object] | None = None,
+        default: object = None,
+    ) -> None:
         self.replacement, self.value = replacement, value
         nargs = 0 if value is not None else None
-        super().__init__(option_strings, dest, nargs=nargs, help=argparse.SUPPRESS, **kwargs)
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=nargs,
+            help=argparse.SUPPRESS,
+            type=type,
+            choices=choices,
+            default=default,
+        )
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         print(
             f"clusterkit: warning: {option_string} is deprecated; use {self.replacement}",
             file=getattr(parser, "stderr", None) or sys.stderr,
@@ -218,7 +249,7 @@ def _add_only_problems(group: argparse._ArgumentGroup, *, short: bool) -> None:
     )
 
 
-def _add_check(sub: argparse._SubParsersAction) -> None:
+def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "check",
         help="decide whether a multi-node torchrun job can go ahead",
@@ -353,7 +384,7 @@ def _interpreter(value: str) -> str:
     return value
 
 
-def _add_node_check(sub: argparse._SubParsersAction) -> None:
+def _add_node_check(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "node-check",
         help="this node's own health checks, for Slurm's HealthCheckProgram or Prolog",
@@ -411,7 +442,7 @@ def _add_bench_gate_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
+def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "bench",
         help="collective bandwidth test on every node (nccl-tests compatible output)",
@@ -538,7 +569,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler="clusterkit.commands.bench:run")
 
 
-def _add_image(sub: argparse._SubParsersAction) -> None:
+def _add_image(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser("image", help="lock, render, build, push and verify pinned images")
     parser.set_defaults(handler="clusterkit.commands.image:run")
     steps = parser.add_subparsers(dest="image_command", metavar="STEP", parser_class=_Parser)
@@ -606,7 +637,7 @@ def _add_image(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _add_cost(sub: argparse._SubParsersAction) -> None:
+def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "cost",
         help="spot vs on-demand cost for a multi-node job",
@@ -763,7 +794,7 @@ def cost_prices_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_provision(sub: argparse._SubParsersAction) -> None:
+def _add_provision(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "provision",
         help="run the Ansible playbooks on the inventory",
@@ -813,7 +844,7 @@ def _add_provision(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler="clusterkit.commands.provision:run")
 
 
-def _add_launch(sub: argparse._SubParsersAction) -> None:
+def _add_launch(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "launch",
         help="check, then run torchrun on every node with the checked settings",
@@ -957,7 +988,7 @@ def _add_resilience(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_completion(sub: argparse._SubParsersAction) -> None:
+def _add_completion(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "completion",
         help="print a shell completion script",
@@ -1056,7 +1087,7 @@ class _ExamplesFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def _add_examples(sub: argparse._SubParsersAction) -> None:
+def _add_examples(sub: argparse._SubParsersAction[_Parser]) -> None:
     for name, child in sub.choices.items():
         lines = EXAMPLES.get(name)
         if lines:

@@ -11,16 +11,19 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from clusterkit.bench import gate
+from clusterkit.facts import GpuDevice, HostFacts
 from clusterkit.node import bench_worker as worker
 
 
-def _local_facts(result: dict) -> dict[str, dict]:
+def _local_facts(result: Mapping[str, Any]) -> dict[str, HostFacts]:
     """The fabric as the worker saw it: GPU names and count (NVLink unknown here)."""
-    names = [d["name"] for d in result["devices"] if d.get("bus_id") != "cpu"]
-    gpus = {"count": len(names), "devices": [{"name": n} for n in names], "nvlink": None}
-    return {"localhost": {"gpus": gpus}}
+    names: list[str] = [d["name"] for d in result["devices"] if d.get("bus_id") != "cpu"]
+    devices: list[GpuDevice] = [{"name": name} for name in names]
+    return {"localhost": {"gpus": {"count": len(names), "devices": devices, "nvlink": None}}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from clusterkit.bench import gate
 from clusterkit.bench.options import BenchOptions
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
+from clusterkit.facts import HostFacts
 from clusterkit.inventory.model import Inventory
 from clusterkit.transport.base import CommandResult, Deadline
 
@@ -172,13 +173,20 @@ def judge(
     optional = [gate.slow_rank_finding(result, options.gate_size)]
     logs = {run.host: gate.parse_nccl_log(split_nccl_logs(run.stderr)[1]) for run in runs}
     optional.append(gate.socket_transport_finding(logs, options.facts))
-    environments = {h: dict(f.get("env") or {}) for h, f in options.facts.items()}
+    environments = {host: _variables(facts) for host, facts in options.facts.items()}
     environments["(control machine)"] = {
         k: v for k, v in options.environ.items() if k in gate.DEBUG_ONLY_NCCL_VARS
     }
     optional.append(gate.debug_vars_finding(environments))
     findings += [finding for finding in optional if finding is not None]
     return findings, result
+
+
+def _variables(facts: HostFacts) -> dict[str, str]:
+    """The node's collected variables by name (its `error` when it could not read them is
+    a string too, and names no variable a check looks for)."""
+    env = facts.get("env") or {}
+    return {name: value for name, value in env.items() if isinstance(value, str)}
 
 
 def collective_findings(

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterkit.facts import FactsByHost
 from clusterkit.inventory.model import BenchSettings
 from clusterkit.node.bench_worker import parse_size
 
@@ -44,7 +45,7 @@ class BenchOptions:
     find_slow_seconds: float = BenchSettings.find_slow_seconds
     find_slow_status: str = BenchSettings.find_slow_status
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    facts: FactsByHost = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: BenchSettings, **given: Any) -> BenchOptions:

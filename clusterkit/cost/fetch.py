@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import IO, Any
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.status import ExitStatus
@@ -122,11 +122,19 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
-    def http_error_302(self, req, fp, code, msg, headers):
+    def http_error_302(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+    ) -> IO[bytes] | None:
         location = headers.get("location") or headers.get("uri")
         if location:
             check_link(urllib.parse.urljoin(req.full_url, location), req.full_url, "a redirect")
-        return super().http_error_302(req, fp, code, msg, headers)
+        followed: IO[bytes] | None = super().http_error_302(req, fp, code, msg, headers)
+        return followed
 
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 

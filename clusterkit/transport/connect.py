@@ -253,8 +253,13 @@ def connect_all(
 
 
 @contextmanager
-def connected(inventory: Inventory, options: ConnectOptions, **kwargs) -> Iterator[Connections]:
-    connections = connect_all(inventory, options, **kwargs)
+def connected(
+    inventory: Inventory,
+    options: ConnectOptions,
+    *,
+    on_done: Callable[[str, TransportError | None], None] | None = None,
+) -> Iterator[Connections]:
+    connections = connect_all(inventory, options, on_done=on_done)
     try:
         yield connections
     except KeyboardInterrupt:

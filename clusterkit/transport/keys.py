@@ -62,7 +62,9 @@ class ReadKeysClient(paramiko.SSHClient):
         super().__init__()
         self._keys = dict(keys)
 
-    def _key_from_filepath(self, filename, klass, password):
+    def _key_from_filepath(
+        self, filename: str, klass: type[paramiko.PKey], password: str | None
+    ) -> paramiko.PKey:
         found = self._keys.get(filename)
         if found is None:  # one paramiko found in ~/.ssh itself (no key file was given)
             try:

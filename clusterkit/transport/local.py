@@ -66,12 +66,13 @@ class LocalProcess(PumpedProcess):
     def __init__(self, transport: LocalTransport, popen: subprocess.Popen[bytes], cap: int) -> None:
         super().__init__(transport.host, cap)
         self._transport, self._popen = transport, popen
-        self._buffers = {popen.stdout: self._out, popen.stderr: self._err}
+        self._buffers: dict[int, bytearray] = {}
         self._selector = selectors.DefaultSelector()
-        for stream in (popen.stdout, popen.stderr):
+        for stream, buffer in ((popen.stdout, self._out), (popen.stderr, self._err)):
             assert stream is not None
             os.set_blocking(stream.fileno(), False)
             self._selector.register(stream, selectors.EVENT_READ)
+            self._buffers[stream.fileno()] = buffer
         assert popen.stdin is not None
         os.set_blocking(popen.stdin.fileno(), False)
 
@@ -102,7 +103,7 @@ class LocalProcess(PumpedProcess):
             wait = 0.005 if self._pending else min(remaining, 0.25)
             if self._selector.get_map():
                 for key, _events in self._selector.select(wait):
-                    self._drain(key.fileobj)
+                    self._drain(key.fd)
             else:
                 time.sleep(min(wait, 0.02))
             if self._popen.poll() is not None:
@@ -127,15 +128,15 @@ class LocalProcess(PumpedProcess):
         if self._closing and not self._pending:
             stdin.close()
 
-    def _drain(self, stream) -> None:
+    def _drain(self, fd: int) -> None:
         try:
-            data = os.read(stream.fileno(), _CHUNK)
+            data = os.read(fd, _CHUNK)
         except BlockingIOError:
             return
         if not data:
-            self._selector.unregister(stream)
+            self._selector.unregister(fd)
             return
-        self._keep(self._buffers[stream], data)
+        self._keep(self._buffers[fd], data)
 
     def _outcome(self, *, timed_out: bool) -> CommandResult:
         return CommandResult(

@@ -75,7 +75,9 @@ class _Verify(paramiko.MissingHostKeyPolicy):
     def __init__(self, verifier: HostKeyVerifier, endpoint: Endpoint) -> None:
         self.verifier, self.endpoint = verifier, endpoint
 
-    def missing_host_key(self, client, hostname, key) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         ep = self.endpoint
         self.verifier.verify(ep.host, ep.address, ep.port, key)
 
@@ -162,7 +164,9 @@ def _interrupted(host: str) -> TransportError:
     return TransportError(host, "interrupted", "interrupted while connecting")
 
 
-def _connect_tcp(address: str, port: int, deadline: Deadline, attempt: _ConnectAttempt):
+def _connect_tcp(
+    address: str, port: int, deadline: Deadline, attempt: _ConnectAttempt
+) -> socket.socket:
     """socket.create_connection that an interrupt can abort (a dropped SYN otherwise holds
     the thread, and so the exit, until the connect deadline)."""
     last_error: OSError = TimeoutError("timed out")

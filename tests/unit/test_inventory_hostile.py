@@ -123,23 +123,35 @@ def test_a_huge_range_is_refused_with_the_range_and_the_limit(tmp_path: Path) ->
     assert "100000" in done.stderr and "CLUSTERKIT_MAX_RANGE_HOSTS" in done.stderr
 
 
-def test_the_range_limit_can_be_raised_and_lowered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_range_limit_can_be_raised_and_lowered(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("all:\n  hosts:\n    n[1:150000]:\n")
     with pytest.raises(InventoryError, match="more than 100000 hosts"):
         load_inventory(inventory)
-    monkeypatch.setenv("CLUSTERKIT_MAX_RANGE_HOSTS", "150")
+    raised = {"CLUSTERKIT_MAX_RANGE_HOSTS": "150"}
     inventory.write_text("all:\n  hosts:\n    n[1:150]:\n")
-    assert len(load_inventory(inventory).hosts) == 150
+    assert len(load_inventory(inventory, environ=raised).hosts) == 150
     inventory.write_text("all:\n  hosts:\n    n[1:151]:\n")
     with pytest.raises(InventoryError, match="more than 150 hosts"):
-        load_inventory(inventory)
-    monkeypatch.setenv("CLUSTERKIT_MAX_RANGE_HOSTS", "10")
+        load_inventory(inventory, environ=raised)
     inventory.write_text("all:\n  hosts:\n    n[a:c][1:4]:\n")
     with pytest.raises(InventoryError, match=r"\[1:4\].*more than 10 hosts"):
-        load_inventory(inventory)
+        load_inventory(inventory, environ={"CLUSTERKIT_MAX_RANGE_HOSTS": "10"})
+    inventory.write_text("[gpu]\nn[1:11]\n")  # an INI file: the same limit
+    with pytest.raises(InventoryError, match=r"\[1:11\].*more than 10 hosts"):
+        load_inventory(inventory, environ={"CLUSTERKIT_MAX_RANGE_HOSTS": "10"})
+
+
+def test_the_range_limit_is_the_runs_variable_not_the_process(tmp_path: Path) -> None:
+    """The CLI run in-process with its own environment: the limit there decides, whatever
+    this process's variables say (they once decided, behind the run's back)."""
+    assert "CLUSTERKIT_MAX_RANGE_HOSTS" not in os.environ
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("all:\n  hosts:\n    n[1:20]:\n")
+    env = {**os.environ, "CLUSTERKIT_MAX_RANGE_HOSTS": "10"}
+    done = run_cli(["check", str(inventory), "--limit", "nosuch"], env=env, timeout=60)
+    assert done.status == 2, done.stderr
+    assert "n[1:20]" in done.stderr and "more than 10 hosts" in done.stderr
 
 
 def test_a_large_inventory_loads_every_host_once_in_order(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ import json
 import logging
 import re
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import cli, logs
+from tests.support.cli import CliRun, run_cli
 
 
 @pytest.fixture
@@ -110,7 +109,7 @@ def test_every_command_takes_v_and_vv() -> None:
     assert cli.parse(["check"]).verbose == 0
 
 
-# --- the real process: paramiko's thread fails on a server that is not SSH ---------------------
+# --- a whole run: paramiko's thread fails on a server that is not SSH -------------------------
 
 
 @pytest.fixture
@@ -143,13 +142,14 @@ def not_ssh(tmp_path: Path) -> Iterator[Path]:
     thread.join(5)
 
 
-def _check(inventory: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    argv = [
-        sys.executable, "-m", "clusterkit", "check", str(inventory), "--format", "json",
-        "--skip", "network,bench,image", "--host-key-policy", "off", "--connect-timeout", "5",
-        "--ssh-config", "/dev/null", *flags,
-    ]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+def _check(inventory: Path, capfd: pytest.CaptureFixture[str], *flags: str) -> CliRun:
+    """The run; nothing of it may reach the test process's own streams either (where the
+    default thread hook prints a dying thread's traceback, and a stray handler writes)."""
+    argv = ["check", str(inventory), "--format", "json", "--skip", "network,bench,image"]
+    argv += ["--host-key-policy", "off", "--connect-timeout", "5", "--ssh-config", "/dev/null"]
+    done = run_cli([*argv, *flags])
+    assert tuple(capfd.readouterr()) == ("", "")
+    return done
 
 
 PHASE_LINE = re.compile(r"clusterkit: [\w-]+: .*in \d+\.\d s( \(.*\))?")
@@ -160,37 +160,44 @@ def without_phase_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if not PHASE_LINE.fullmatch(line)]
 
 
-def test_a_failed_handshake_is_one_line_without_traceback(not_ssh: Path) -> None:
-    done = _check(not_ssh)
-    assert done.returncode == 3
+@pytest.mark.usefixtures("restore_logging")
+def test_a_failed_handshake_is_one_line_without_traceback(
+    not_ssh: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    done = _check(not_ssh, capfd)
+    assert done.status == 3
     # neither paramiko's records nor its thread's traceback
     assert without_phase_lines(done.stderr) == []
     assert re.search(r"^clusterkit: connect: 0 of 1 host ok in .*\(node1: ", done.stderr, re.M)
     finding = next(f for f in json.loads(done.stdout)["findings"] if f["id"] == "host.reachable")
     assert "\n" not in finding["message"]
     assert "node1" in finding["message"] and "protocol banner" in finding["message"]
-    verbose = _check(not_ssh, "-v")
+    verbose = _check(not_ssh, capfd, "-v")
     lines = without_phase_lines(verbose.stderr)
     assert len(lines) == 1, verbose.stderr
     assert lines[0].startswith("clusterkit: info: node1: not connected (protocol)")
 
 
-def test_vv_shows_paramiko_debug_records_and_the_traceback(not_ssh: Path) -> None:
-    done = _check(not_ssh, "-vv")
-    assert done.returncode == 3
+@pytest.mark.usefixtures("restore_logging")
+def test_vv_shows_paramiko_debug_records_and_the_traceback(
+    not_ssh: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    done = _check(not_ssh, capfd, "-vv")
+    assert done.status == 3
     assert "clusterkit: debug: " in done.stderr
     assert "paramiko.transport: " in done.stderr
     assert "Traceback (most recent call last)" in done.stderr
 
 
-def test_a_refused_port_is_quiet_too(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("restore_logging")
+def test_a_refused_port_is_quiet_too(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(
         f"all:\n  hosts:\n    node1: {{ansible_host: 127.0.0.1, ansible_port: {port}}}\n"
     )
-    done = _check(inventory)
-    assert done.returncode == 3 and without_phase_lines(done.stderr) == []
+    done = _check(inventory, capfd)
+    assert done.status == 3 and without_phase_lines(done.stderr) == []
     finding = next(f for f in json.loads(done.stdout)["findings"] if f["id"] == "host.reachable")
     assert "connection refused" in finding["message"]

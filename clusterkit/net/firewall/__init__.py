@@ -9,13 +9,16 @@ silently wrong about its confidence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from clusterkit.net.firewall.iptables import explain_iptables, parse_iptables_save
-from clusterkit.net.firewall.model import BLOCKING, Packet, Verdict
+from clusterkit.net.firewall.model import BLOCKING, Packet, RuleDump, Verdict
 from clusterkit.net.firewall.nftables import explain_nft, parse_nft
 
 __all__ = [
     "BLOCKING",
     "Packet",
+    "RuleDump",
     "Verdict",
     "explain",
     "explain_iptables",
@@ -25,18 +28,24 @@ __all__ = [
 ]
 
 
-def explain(firewall: dict[str, dict], packet: Packet, hook: str) -> Verdict | None:
+def explain(firewall: Mapping[str, RuleDump], packet: Packet, hook: str) -> Verdict | None:
     """The first verdict that blocks `packet` at `hook` ("input" or "output") in any of the
     node's collected rule sets (iptables-save before nft, whose iptables-nft tables it
     repeats), or None when every rule set lets it pass or none could be read."""
     for tool in ("iptables", "iptables-legacy"):
-        entry = firewall.get(tool) or {}
-        if entry.get("state") == "ok" and entry.get("text"):
-            verdict = explain_iptables(entry["text"], packet, hook, tool=tool)
+        text = _readable_text(firewall, tool)
+        if text:
+            verdict = explain_iptables(text, packet, hook, tool=tool)
             if verdict:
                 return verdict
-    entry = firewall.get("nft") or {}
-    if entry.get("state") == "ok" and entry.get("text"):
-        skip_iptables_tables = (firewall.get("iptables") or {}).get("state") == "ok"
-        return explain_nft(entry["text"], packet, hook, skip_iptables_tables)
+    text = _readable_text(firewall, "nft")
+    if text:
+        skip_iptables_tables = (firewall.get("iptables") or RuleDump()).get("state") == "ok"
+        return explain_nft(text, packet, hook, skip_iptables_tables)
     return None
+
+
+def _readable_text(firewall: Mapping[str, RuleDump], tool: str) -> str:
+    """The rule text `tool` dumped, or "" when it could not be read."""
+    entry = firewall.get(tool) or RuleDump()
+    return entry.get("text", "") if entry.get("state") == "ok" else ""

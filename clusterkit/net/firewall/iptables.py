@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clusterkit.net.firewall.model import BLOCKING, Packet, Verdict, port_ranges
@@ -44,13 +45,15 @@ IGNORED_FLAGS = {"--log-uid", "--log-tcp-options", "--log-ip-options", "--syn"}
 PORT_OPTIONS = {"--dport", "--destination-port", "--dports", "--destination-ports", "--ports"}
 KNOWN_MODULES = {"tcp", "state", "conntrack", "comment", "multiport", "iprange", "limit"}
 
+Test = Callable[[Packet], bool]
+
 
 @dataclass
 class _Rule:
     text: str
     target: str | None = None
     goto: bool = False
-    tests: list = field(default_factory=list)  # callables Packet -> bool
+    tests: list[Test] = field(default_factory=list)
     uncertain: list[str] = field(default_factory=list)
 
 
@@ -96,17 +99,17 @@ def _parse_iptables_rule(text: str, tokens: list[str]) -> _Rule:
         if token == "!":
             negate, index = True, index + 1
             continue
-        test = None
+        test: Test | None = None
         if token in ("-s", "--source"):
-            test = _address_test(value, "source")
+            test = _address_test(value, _source)
         elif token in ("-d", "--destination"):
-            test = _address_test(value, "destination")
+            test = _address_test(value, _destination)
         elif token in ("-p", "--protocol"):
             test = _constant(value.lower() in ("tcp", "6", "all", "0"))
         elif token in ("-i", "--in-interface"):
-            test = _interface_test(value, "in_interface")
+            test = _interface_test(value, lambda packet: packet.in_interface)
         elif token in ("-o", "--out-interface"):
-            test = _interface_test(value, "out_interface")
+            test = _interface_test(value, lambda packet: packet.out_interface)
         elif (
             token in ("--dport", "--destination-port", "--dports", "--destination-ports")
             or token == "--ports"
@@ -115,7 +118,7 @@ def _parse_iptables_rule(text: str, tokens: list[str]) -> _Rule:
         elif token in ("--state", "--ctstate"):
             test = _state_test(value.upper().split(","))
         elif token in ("--src-range", "--dst-range"):
-            test = _range_test(value, "source" if token == "--src-range" else "destination")
+            test = _range_test(value, _source if token == "--src-range" else _destination)
         elif token == "-m":
             if value not in KNOWN_MODULES:
                 rule.uncertain.append(f"-m {value}")
@@ -139,7 +142,9 @@ def _parse_iptables_rule(text: str, tokens: list[str]) -> _Rule:
     return rule
 
 
-def explain_iptables(text: str, packet: Packet, hook: str, *, tool: str = "iptables"):
+def explain_iptables(
+    text: str, packet: Packet, hook: str, *, tool: str = "iptables"
+) -> Verdict | None:
     tables = parse_iptables_save(text)
     chain = HOOK_CHAINS[hook]
     for name in IPTABLES_TABLES:
@@ -158,7 +163,7 @@ def explain_iptables(text: str, packet: Packet, hook: str, *, tool: str = "iptab
     return None
 
 
-def _walk(table: _Table, chain: str, packet: Packet, depth: int):
+def _walk(table: _Table, chain: str, packet: Packet, depth: int) -> tuple[str, _Rule, str] | None:
     """(action, rule, chain) of the first terminating rule that matches, or None."""
     if depth > 32:
         return None
@@ -177,42 +182,50 @@ def _walk(table: _Table, chain: str, packet: Packet, depth: int):
     return None
 
 
-def _constant(value: bool):
+def _source(packet: Packet) -> str:
+    return packet.source
+
+
+def _destination(packet: Packet) -> str:
+    return packet.destination
+
+
+def _constant(value: bool) -> Test:
     return lambda _packet: value
 
 
-def _state_test(states: list[str]):
+def _state_test(states: list[str]) -> Test:
     return lambda packet: packet.state in states
 
 
-def _negated(test):
+def _negated(test: Test) -> Test:
     return lambda packet: not test(packet)
 
 
-def _address_test(value: str, attribute: str):
+def _address_test(value: str, address_of: Callable[[Packet], str]) -> Test:
     networks = [ipaddress.ip_network(part, strict=False) for part in value.split(",") if part]
 
     def test(packet: Packet) -> bool:
-        address = ipaddress.ip_address(getattr(packet, attribute))
+        address = ipaddress.ip_address(address_of(packet))
         return any(address.version == net.version and address in net for net in networks)
 
     return test
 
 
-def _range_test(value: str, attribute: str):
+def _range_test(value: str, address_of: Callable[[Packet], str]) -> Test:
     low, _, high = value.partition("-")
     first, last = ipaddress.ip_address(low), ipaddress.ip_address(high or low)
 
     def test(packet: Packet) -> bool:
-        address = ipaddress.ip_address(getattr(packet, attribute))
+        address = ipaddress.ip_address(address_of(packet))
         return address.version == first.version and int(first) <= int(address) <= int(last)
 
     return test
 
 
-def _interface_test(value: str, attribute: str):
+def _interface_test(value: str, interface_of: Callable[[Packet], str | None]) -> Test:
     def test(packet: Packet) -> bool:
-        name = getattr(packet, attribute)
+        name = interface_of(packet)
         if name is None:
             return value != "lo"  # unknown interface, but cluster traffic never crosses lo
         return name.startswith(value[:-1]) if value.endswith("+") else name == value
@@ -220,6 +233,6 @@ def _interface_test(value: str, attribute: str):
     return test
 
 
-def _port_test(value: str, separator: str = ":"):
+def _port_test(value: str, separator: str = ":") -> Test:
     ranges = port_ranges(value, separator)
     return lambda packet: any(low <= packet.dport <= high for low, high in ranges)

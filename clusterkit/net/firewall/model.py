@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 BLOCKING = {"DROP", "REJECT"}
+
+
+class RuleDump(TypedDict, total=False):
+    """One firewall tool's rule dump as the node collected it: "ok" with the text, or
+    "absent"/"unknown" with the reason."""
+
+    state: str
+    text: str
+    reason: str
 
 
 @dataclass(frozen=True)

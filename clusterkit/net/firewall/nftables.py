@@ -7,11 +7,15 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv6Address
 
 from clusterkit.net.firewall.model import BLOCKING, Packet, Verdict, port_ranges
 
 NFT_TOKEN = re.compile(r'"[^"]*"|[{},;]|!=|[^\s{},;]+')
 IPTABLES_NFT_TABLES = {"filter", "raw", "mangle", "nat", "security"}
+
+# What a chain walk ends in: (ACCEPT/DROP/REJECT, the rule's text, matches assumed to match).
+Outcome = tuple[str, str, list[str]]
 
 
 @dataclass
@@ -73,7 +77,7 @@ def explain_nft(
 ) -> Verdict | None:
     """Every base chain on the hook must accept (a drop anywhere is final)."""
     tables = parse_nft(text)
-    bases = []
+    bases: list[tuple[int, str, str, str, dict[str, _NftChain]]] = []
     for (family, name), chains in tables.items():
         if family not in ("ip", "ip6", "inet"):
             continue
@@ -96,7 +100,9 @@ def explain_nft(
     return None
 
 
-def _nft_walk(chains, chain_name, packet, family, depth):
+def _nft_walk(
+    chains: dict[str, _NftChain], chain_name: str, packet: Packet, family: str, depth: int
+) -> Outcome | None:
     if depth > 32:
         return None
     for line, tokens in chains[chain_name].rules:
@@ -120,7 +126,8 @@ def _nft_values(tokens: list[str], index: int) -> tuple[list[str], int]:
         return [], index
     if tokens[index] != "{":
         return [tokens[index].strip('"')], index + 1
-    values, index = [], index + 1
+    values: list[str] = []
+    index += 1
     while index < len(tokens) and tokens[index] != "}":
         if tokens[index] != ",":
             values.append(tokens[index].strip('"'))
@@ -128,11 +135,14 @@ def _nft_values(tokens: list[str], index: int) -> tuple[list[str], int]:
     return values, index + 1
 
 
-def _nft_rule(tokens: list[str], packet: Packet, family: str):
+def _nft_rule(
+    tokens: list[str], packet: Packet, family: str
+) -> tuple[bool, str | None, str | None, list[str]]:
     """(matches, verdict, jump target, uncertain) for one rule against the packet."""
     version = ipaddress.ip_address(packet.source).version
-    index, matched, uncertain = 0, True, []
-    verdict = target = None
+    index, matched, uncertain = 0, True, list[str]()
+    verdict: str | None = None
+    target: str | None = None
     while index < len(tokens):
         word = tokens[index]
         if word in ("accept", "drop", "reject", "return", "continue"):
@@ -205,9 +215,9 @@ def _nft_match(key: str, values: Iterable[str], packet: Packet, version: int) ->
     return None
 
 
-def _in_nft_address(address, value: str) -> bool:
+def _in_nft_address(address: IPv4Address | IPv6Address, value: str) -> bool:
     if "-" in value:
         low, high = (ipaddress.ip_address(part) for part in value.split("-", 1))
-        return low.version == address.version and low <= address <= high
+        return low.version == address.version and int(low) <= int(address) <= int(high)
     network = ipaddress.ip_network(value, strict=False)
     return network.version == address.version and address in network
