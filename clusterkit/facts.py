@@ -366,7 +366,7 @@ def _typeddict_problem(value: object, expected: object, path: str) -> str | None
     if not isinstance(value, dict):
         return _wrong(path, "an object", value)
     fields = _fields(expected)
-    required = getattr(expected, "__required_keys__", frozenset())
+    required: frozenset[str] = getattr(expected, "__required_keys__", frozenset())
     for key in fields:  # declaration order: the same key is named every run
         if key in required and key not in value:
             return f"{path}: no {key!r}"

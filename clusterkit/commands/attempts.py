@@ -20,6 +20,7 @@ from typing import Any
 
 from clusterkit.commands.common import check_stages
 from clusterkit.environment import Environment
+from clusterkit.facts import FactsByHost, HostFacts, collected
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.faults import Fault, classify
 from clusterkit.launch.incidents import Incident, restart_minutes
@@ -48,7 +49,7 @@ class Attempts:
     pool: NodePool
     options: SuperviseOptions
     run_id: str
-    settings_for: Callable[[Inventory, Mapping[str, Any], Mapping[str, Any], str], LaunchSettings]
+    settings_for: Callable[[Inventory, FactsByHost, Mapping[str, Any], str], LaunchSettings]
     note: Callable[[str], None]
     # How stages reach the nodes: as they are over SSH; each in one job step under srun.
     steps: Callable[[list[Stage]], list[Stage]] = list
@@ -56,14 +57,14 @@ class Attempts:
     left_out: Callable[[str, str], None] = lambda host, why: None
     incidents: list[Incident] = field(default_factory=list)
     outcome: JobOutcome | None = None
-    facts: Mapping[str, Any] = field(default_factory=dict)  # of the running node set
+    facts: FactsByHost = field(default_factory=dict)  # of the running node set
     facts_details: Mapping[str, Any] = field(default_factory=dict)  # its stages' details
     attempt: int = 0
     node_restarts: int = 0
     job_restarts: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def run(self, facts: Mapping[str, Any], details: Mapping[str, Any]) -> JobOutcome | None:
+    def run(self, facts: FactsByHost, details: Mapping[str, Any]) -> JobOutcome | None:
         """Attempts until one ends for good; the last outcome, or None when the first
         could not start (a node gone since the gate)."""
         self.facts, self.facts_details = facts, details
@@ -127,7 +128,7 @@ class Attempts:
 
     # --- between attempts ---------------------------------------------------------------
 
-    def _recover(self, outcome: JobOutcome) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def _recover(self, outcome: JobOutcome) -> tuple[dict[str, HostFacts], dict[str, Any]] | None:
         """The facts and details of the node set of the next attempt, or None: stop here."""
         detected = _wall(outcome.detected_at)
         survivors = [h for h in self.pool.active if not _lost(outcome, h)]
@@ -233,9 +234,7 @@ class Attempts:
             return {}, {}
         session = self._session(hosts, stages=POSTMORTEM_STAGES)
         problems, _ = problems_by_host(session.findings, hosts, strict=False)
-        kills = {
-            host: [int(k["pid"]) for k in _oom_kills(session.facts.get(host))] for host in hosts
-        }
+        kills = {host: _oom_pids(session.facts.get(host)) for host in hosts}
         return problems, kills
 
     def _session(
@@ -289,10 +288,10 @@ def _lost(outcome: JobOutcome, host: str) -> bool:
     return any(item.lost and item.host == host for item in outcome.all_failures)
 
 
-def _oom_kills(facts: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    log = (facts or {}).get("kernel_log") or {}
-    kills = log.get("oom_kills") if isinstance(log, dict) else None
-    return [k for k in kills or [] if isinstance(k, dict) and isinstance(k.get("pid"), int)]
+def _oom_pids(facts: HostFacts | None) -> list[int]:
+    """The pids the kernel's OOM killer killed on this node since boot."""
+    log = collected((facts or HostFacts()).get("kernel_log"))
+    return [pid for kill in log.get("oom_kills", []) if (pid := kill.get("pid")) is not None]
 
 
 def _wall(monotonic: float | None) -> float:

@@ -26,6 +26,7 @@ from clusterkit.commands.common import (
 )
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
+from clusterkit.facts import PROBE_VERSION, FactsByHost, HostFacts, MalformedFacts, parse_facts
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.incidents import restart_minutes, trace_text
 from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_plan, ranks_per_node
@@ -59,7 +60,7 @@ class Gate:
 
     status: ExitStatus
     how: str  # "checked", "report FILE", "not checked"
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    facts: dict[str, HostFacts] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     session: Session | None = None  # open connections, kept for the job
 
@@ -331,7 +332,7 @@ def report_gate(
         note(env, f"clusterkit: --check-report {path}: {problem}: nothing was started")
         return Gate(ExitStatus.USAGE, f"report {path}")
     note(env, f"clusterkit: reusing the check report {path} ({age:.0f} s old)")
-    facts = {name: entry.get("facts") or {} for name, entry in report["hosts"].items()}
+    facts = {name: report_facts(entry) for name, entry in report["hosts"].items()}
     details = dict(report.get("details") or {})
     if args.print or args.print_dir:
         return Gate(ExitStatus.PASSED, f"report {path}", facts, details)
@@ -351,7 +352,20 @@ def report_problem(report: Any, age: float, max_age: float, hosts: list[str]) ->
     named = sorted(report["hosts"])
     if named != sorted(hosts):
         return f"it names hosts {', '.join(named)}, the inventory {', '.join(sorted(hosts))}"
+    if (version := report.get("probe_version")) != PROBE_VERSION:
+        return f"its facts are of probe version {version!r}, this clusterkit reads {PROBE_VERSION}"
+    for name, entry in report["hosts"].items():
+        try:
+            report_facts(entry)
+        except MalformedFacts as error:
+            return f"host {name}: {error}"
     return None
+
+
+def report_facts(entry: object) -> HostFacts:
+    """A saved host entry's facts, of the shape the checks read (MalformedFacts if not)."""
+    facts = entry.get("facts") if isinstance(entry, dict) else None
+    return HostFacts() if facts is None else parse_facts(facts)
 
 
 # --- the plan -----------------------------------------------------------------------------
@@ -359,11 +373,11 @@ def report_problem(report: Any, age: float, max_age: float, hosts: list[str]) ->
 
 def settings_for(
     args: argparse.Namespace,
-) -> Callable[[Inventory, Mapping[str, Any], Mapping[str, Any], str], LaunchSettings]:
+) -> Callable[[Inventory, FactsByHost, Mapping[str, Any], str], LaunchSettings]:
     """How each attempt's plan is made from its node set's facts: the flags are fixed."""
 
     def make(
-        inventory: Inventory, facts: Mapping[str, Any], details: Mapping[str, Any], run_id: str
+        inventory: Inventory, facts: FactsByHost, details: Mapping[str, Any], run_id: str
     ) -> LaunchSettings:
         return launch_settings(args, inventory, facts, details, run_id)
 
@@ -373,7 +387,7 @@ def settings_for(
 def launch_settings(
     args: argparse.Namespace,
     inventory: Inventory,
-    all_facts: Mapping[str, Any],
+    all_facts: FactsByHost,
     details: Mapping[str, Any],
     run_id: str,
 ) -> LaunchSettings:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from clusterkit.checks import static_findings
 from clusterkit.checks.fabric import node_fabric_findings
@@ -16,6 +15,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.xid import drain_notes as xid_drain_notes
 from clusterkit.environment import Environment
 from clusterkit.errors import TransportError
+from clusterkit.facts import FactsByHost, HostEntry, HostFacts
 from clusterkit.hostlist import check_node_name
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.probe.runner import DEFAULT_INTERPRETER, probe_host
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     # The job's Python, as for any node: not the one clusterkit runs under.
     python = args.python or interpreter or DEFAULT_INTERPRETER
     findings: list[Finding] = []
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, HostFacts] = {}
     transport = LocalTransport(name, env=dict(env.environ))
     try:
         facts[name] = probe_host(transport, python, PROBE_OPTIONS, Deadline.after(args.timeout))
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         command="node-check",
         inventory=args.settings,
         findings=findings,
-        hosts={name: {"address": "localhost", "reachable": True, "facts": facts.get(name)}},
+        hosts={name: HostEntry(address="localhost", reachable=True, facts=facts.get(name))},
         stages={"probe": "ran"},
         details={},
         text_blocks={},
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         action = drain.decide(
             drain.node_state(name, env.environ),
             failing if status != 0 else [],
-            node_drain_notes(name, findings, facts.get(name) or {}),
+            node_drain_notes(name, findings, facts.get(name) or HostFacts()),
         )
         drain.apply(name, action, env.environ)
         report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
 
 
 def node_findings(
-    facts: dict[str, dict[str, Any]], settings: ClusterSettings, settings_path: str | None
+    facts: FactsByHost, settings: ClusterSettings, settings_path: str | None
 ) -> list[Finding]:
     """The static checks less parity (it needs several nodes), and the fabric checks one node
     can judge by itself."""
@@ -92,7 +92,7 @@ def node_findings(
     return [f for f in static if not f.id.startswith("parity.")] + node_fabric_findings(facts)
 
 
-def node_drain_notes(name: str, findings: list[Finding], host_facts: dict[str, Any]) -> list[str]:
+def node_drain_notes(name: str, findings: list[Finding], host_facts: HostFacts) -> list[str]:
     """What each failing device needs, for the drain reason: Xid, memory repair and links."""
     return (
         xid_drain_notes(findings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clusterkit.commands.launch import report_problem
+from clusterkit.facts import PROBE_VERSION
 from clusterkit.launch.failure import (
     Failure,
     exit_status,
@@ -86,10 +87,31 @@ def test_node_failures_from_summary_and_without() -> None:
 
 
 def test_a_saved_report_must_pass_be_young_and_name_the_same_hosts() -> None:
-    report = {"verdict": "pass", "hosts": {"node1": {}, "node2": {}}}
+    report = {
+        "verdict": "pass",
+        "probe_version": PROBE_VERSION,
+        "hosts": {"node1": {}, "node2": {}},
+    }
     assert report_problem(report, 10, 60, ["node2", "node1"]) is None
     assert "more than --max-age 60" in (report_problem(report, 100, 60, ["node1", "node2"]) or "")
     assert "names hosts" in (report_problem(report, 1, 60, ["node1", "node3"]) or "")
     failed = dict(report, verdict="fail")
     assert "'fail', not pass" in (report_problem(failed, 1, 60, ["node1", "node2"]) or "")
     assert report_problem([], 1, 60, []) == "not a clusterkit JSON report"
+
+
+def test_a_saved_report_must_hold_facts_this_clusterkit_reads() -> None:
+    """The facts are versioned with the probe, and a saved file is data like a node's
+    answer: a report of another probe version, or with facts of another shape, is refused
+    with where it differs, before any job starts."""
+    hosts = {"node1": {"facts": {"gpus": {"count": 8}}}, "node2": {"facts": None}}
+    report = {"verdict": "pass", "probe_version": PROBE_VERSION, "hosts": hosts}
+    assert report_problem(report, 1, 60, ["node1", "node2"]) is None
+    older = {k: v for k, v in report.items() if k != "probe_version"}
+    assert "probe version None, this clusterkit reads 1" in (
+        report_problem(older, 1, 60, ["node1", "node2"]) or ""
+    )
+    odd = dict(report, hosts={**hosts, "node2": {"facts": {"gpus": {"count": "8"}}}})
+    assert report_problem(odd, 1, 60, ["node1", "node2"]) == (
+        "host node2: facts.gpus.count: int expected, got '8'"
+    )
