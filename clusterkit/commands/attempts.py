@@ -59,6 +59,9 @@ class Attempts:
     outcome: JobOutcome | None = None
     facts: FactsByHost = field(default_factory=dict)  # of the running node set
     facts_details: Mapping[str, Any] = field(default_factory=dict)  # its stages' details
+    # What the survivors of the last attempt said of themselves in its post-mortem: the
+    # re-check that follows reuses it and probes only the spares.
+    fresh_facts: dict[str, HostFacts] = field(default_factory=dict)
     attempt: int = 0
     node_restarts: int = 0
     job_restarts: int = 0
@@ -131,6 +134,7 @@ class Attempts:
     def _recover(self, outcome: JobOutcome) -> tuple[dict[str, HostFacts], dict[str, Any]] | None:
         """The facts and details of the node set of the next attempt, or None: stop here."""
         detected = _wall(outcome.detected_at)
+        self.fresh_facts = {}
         survivors = [h for h in self.pool.active if not _lost(outcome, h)]
         may_restart = self.node_restarts < self.args.max_restarts
         evidence = self._postmortem(survivors) if may_restart else ({}, {})
@@ -233,6 +237,7 @@ class Attempts:
         if not hosts:
             return {}, {}
         session = self._session(hosts, stages=POSTMORTEM_STAGES)
+        self.fresh_facts = dict(session.facts)
         problems, _ = problems_by_host(session.findings, hosts, strict=False)
         kills = {host: _oom_pids(session.facts.get(host)) for host in hosts}
         return problems, kills
@@ -251,6 +256,8 @@ class Attempts:
             progress=NoProgress(),
             transports=transports,
         )
+        if recheck:  # what the post-mortem just probed is not probed again
+            session.facts.update({h: f for h, f in self.fresh_facts.items() if h in hosts})
         wanted = set(stages) or (set(RECHECK_STAGES) if recheck else set())
         if recheck and self.args.recheck == "bench":
             wanted.add("bench")

@@ -7,11 +7,14 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.probe.runner import probe_all
 from clusterkit.stages.base import Stage, StageResult
 from clusterkit.stages.session import Session
+from clusterkit.transport.base import Transport
 
 
 class ProbeStage(Stage):
     """Facts from every connected host into `session.facts`; a host without facts gets a
-    probe.ran error (its reason also in `session.failures`)."""
+    probe.ran error (its reason also in `session.failures`). A host whose facts the session
+    already holds is not probed again: a launch's re-check reuses what its survivors said
+    moments before, in the post-mortem, and probes only the spares it takes."""
 
     name = "probe"
 
@@ -22,14 +25,15 @@ class ProbeStage(Stage):
         return None  # with no host connected it finds nothing, and says so through connect
 
     def steps(self, session: Session) -> int:
-        return len(session.transports)
+        return len(_unprobed(session))
 
     def run(self, session: Session) -> StageResult:
         # `seconds` is each host's bound: with fewer workers than hosts, the stage takes a
         # wave of them at a time and lasts as many times as long.
-        waves = -(-len(session.transports) // max(1, session.workers))
+        transports = _unprobed(session)
+        waves = -(-len(transports) // max(1, session.workers))
         probed = probe_all(
-            session.transports,
+            transports,
             session.inventory,
             session.bounded(self.seconds * max(1, waves)),
             workers=session.workers,
@@ -44,3 +48,7 @@ class ProbeStage(Stage):
                 for host, why in probed.failures.items()
             ]
         )
+
+
+def _unprobed(session: Session) -> dict[str, Transport]:
+    return {host: t for host, t in session.transports.items() if host not in session.facts}

@@ -72,3 +72,21 @@ def test_every_host_gets_the_whole_probe_timeout_one_at_a_time(
     assert all(remaining == pytest.approx(PROBE_SECONDS) for remaining in seen.values()), seen
     # Four waves of 8 s under a 10 s bound per host: the stage took 32 s of the clock.
     assert clock.now == pytest.approx(1000.0 + 4 * WORK_SECONDS)
+
+
+def test_hosts_whose_facts_the_session_holds_are_not_probed_again() -> None:
+    """A launch's re-check after a node fault: the survivors' facts are seconds old (their
+    post-mortem probe), so only the spares taken are probed; every host has facts after."""
+    clock = Clock()
+    hosts = tuple(Host(f"n{i}", f"10.0.0.{i}") for i in range(4))
+    session = Session(Inventory(None, hosts), None, SessionOptions())
+    seen: dict[str, float] = {}
+    session.transports = {h.name: WorkingTransport(h.name, clock, seen) for h in hosts}  # type: ignore[misc]
+    known = {"n0": {"hostname": {"hostname": "post-mortem"}}, "n2": {}}
+    session.facts.update(known)  # type: ignore[arg-type]
+    stage = ProbeStage(PROBE_SECONDS)
+    assert stage.steps(session) == 2
+    run_stages(session, [stage])
+    assert sorted(seen) == ["n1", "n3"]
+    assert sorted(session.facts) == ["n0", "n1", "n2", "n3"]
+    assert session.facts["n0"] == {"hostname": {"hostname": "post-mortem"}}
