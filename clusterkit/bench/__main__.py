@@ -11,17 +11,17 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 from clusterkit.bench import gate
+from clusterkit.bench.nccltests import format_table
+from clusterkit.bench.results import BenchResult, MalformedResult, parse_result
 from clusterkit.facts import GpuDevice, HostFacts
 from clusterkit.node import bench_worker as worker
 
 
-def _local_facts(result: Mapping[str, Any]) -> dict[str, HostFacts]:
+def _local_facts(result: BenchResult) -> dict[str, HostFacts]:
     """The fabric as the worker saw it: GPU names and count (NVLink unknown here)."""
-    names: list[str] = [d["name"] for d in result["devices"] if d.get("bus_id") != "cpu"]
+    names: list[str] = [d["name"] for d in result["devices"] if d["bus_id"] != "cpu"]
     devices: list[GpuDevice] = [{"name": name} for name in names]
     return {"localhost": {"gpus": {"count": len(names), "devices": devices, "nvlink": None}}}
 
@@ -32,10 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate-size", default=None)
     ours, rest = parser.parse_known_args(argv)
     try:
-        result = worker.run(rest)
+        raw = worker.run(rest)
+        result = parse_result(raw) if raw is not None else None
     except worker.BenchError as error:
         print(f"{worker.LOG_PREFIX} error {error.kind}: {error}", file=sys.stderr)
         return error.exit_code
+    except MalformedResult as error:  # the worker and bench/results.py disagree
+        print(f"{worker.LOG_PREFIX} error malformed: {error}", file=sys.stderr)
+        return worker.EXIT_FAILED
     if result is None:
         return 0
     threshold = gate.resolve_threshold(
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     gate_size = worker.parse_size(ours.gate_size) if ours.gate_size else None
     verdict = gate.evaluate(result, threshold, gate_size)
     result["gate"] = verdict.to_dict()
-    sys.stdout.write(worker.format_table(result))
+    sys.stdout.write(format_table(result))
     output = worker.build_parser().parse_known_args(rest)[0].output_file
     if output:
         with open(output, "w") as handle:

@@ -4,18 +4,26 @@ A bench that ends without a result is attributed here: each node's torchrun log 
 ranks, the worker's `error KIND:` lines, torchrun's root-cause section and the signal that
 killed a rank) is read into a NodeReport, and the findings name the node, and the rank,
 that failed first, the ones that failed as a consequence and those clusterkit stopped. With
-a result, the gate turns it into the bench's verdict.
+a result, the gate turns it into the bench's verdict. The frame a node prints is checked
+here, where it arrives (bench/results.py): one of another shape is no result, and names
+that node as a failed one.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from clusterkit import framing
 from clusterkit.bench import gate
 from clusterkit.bench.options import BenchOptions
+from clusterkit.bench.results import (
+    BenchResult,
+    MalformedResult,
+    WorkerError,
+    collectives,
+    parse_frame,
+)
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.facts import HostFacts
@@ -92,7 +100,9 @@ class NodeReport:
     joined: list[int]
     errors: list[tuple[str, str]]  # (kind, message) from the worker
     root_causes: list[tuple[int, int, str]]  # torchrun's first observed failure: rank, exit, signal
-    frame: dict[str, Any] | None
+    result: BenchResult | None = None  # rank 0's, checked
+    failure: WorkerError | None = None  # rank 0's error report instead of a result
+    malformed: str = ""  # why the frame it printed was of another shape
 
 
 def read_node(run: NodeRun) -> NodeReport:
@@ -109,13 +119,26 @@ def read_node(run: NodeRun) -> NodeReport:
         for match in _ROOT_CAUSE.finditer(section):
             signal = _SIGNAL.search(section, match.end())
             causes.append((int(match[1]), int(match[3]), signal[2] if signal else ""))
-    frame = None
+    report = NodeReport(run.host, sorted(set(joined)), errors, causes)
     if run.result is not None:
-        try:
-            frame = framing.decode(run.result.stdout)
-        except framing.FrameError:
-            frame = None
-    return NodeReport(run.host, sorted(set(joined)), errors, causes, frame)
+        _read_frame(report, run.result.stdout)
+    return report
+
+
+def _read_frame(report: NodeReport, stdout: bytes) -> None:
+    """The frame a node printed, checked: rank 0's result, its error report, or why it is
+    neither (no frame at all: a node without rank 0, or one that died first)."""
+    try:
+        frame = parse_frame(framing.decode(stdout))
+    except framing.FrameError:
+        return
+    except MalformedResult as error:
+        report.malformed = str(error)
+        return
+    if "error" in frame:
+        report.failure = frame["error"]
+    else:
+        report.result = frame
 
 
 def judge(
@@ -124,18 +147,11 @@ def judge(
     options: BenchOptions,
     nproc: int,
     deadline: Deadline,
-) -> tuple[list[Finding], dict[str, Any] | None]:
+) -> tuple[list[Finding], BenchResult | None]:
     """Findings from what every node printed. Pure given the runs."""
     reports = {run.host: read_node(run) for run in runs}
     hosts = [run.host for run in runs]
-    result = next(
-        (
-            r.frame
-            for r in reports.values()
-            if r.frame and "results" in r.frame and not r.frame.get("error")
-        ),
-        None,
-    )
+    result = next((r.result for r in reports.values() if r.result is not None), None)
     findings: list[Finding] = []
     world_errors = [
         (host, message)
@@ -166,7 +182,7 @@ def judge(
         environ=options.environ,
         inventory_min_busbw=inventory.settings.bench.min_busbw,
         fabric=gate.detect_fabric(options.facts) if options.facts else None,
-        backend=str(result.get("backend")),
+        backend=result["backend"],
     )
     findings += collective_findings(result, threshold, options.gate_size, hosts)
     findings.append(gate.correctness_finding(result, hosts))
@@ -190,14 +206,14 @@ def _variables(facts: HostFacts) -> dict[str, str]:
 
 
 def collective_findings(
-    result: dict[str, Any], threshold: gate.Threshold, gate_size: int | None, hosts: list[str]
+    result: BenchResult, threshold: gate.Threshold, gate_size: int | None, hosts: list[str]
 ) -> list[Finding]:
     """One busbw finding per collective measured, each against its own threshold (its
     verdict lands in that collective's result as "gate")."""
     findings = []
-    for one in [result, *result.get("more_collectives", [])]:
+    for one in collectives(result):
         collective = gate.result_collective(one)
-        if one.get("unsupported") or not one.get("results"):
+        if one.get("unsupported") or not one["results"]:
             findings.append(gate.unsupported_finding(one, hosts))
             continue
         verdict = gate.evaluate(one, gate.collective_threshold(threshold, collective), gate_size)
@@ -236,6 +252,9 @@ def failure_findings(
                 detail = _last_error(report, run)
                 message = f"{run.host} failed (exit {run.result.exit_code}): {detail}"
                 culprits.append((3, ended, run.host, message))
+        elif report.malformed:
+            message = f"{run.host} sent a malformed result: {report.malformed}"
+            culprits.append((3, ended, run.host, message))
     culprits.sort()
     findings: list[Finding] = []
     stopped = [run.host for run in runs if run.killed]
@@ -320,8 +339,10 @@ def _last_error(report: NodeReport, run: NodeRun) -> str:
     if report.errors:
         kind, message = report.errors[-1]
         return f"{kind}: {message}"[:300]
-    if report.frame and report.frame.get("error"):
-        return str(report.frame["error"].get("message"))[:300]
+    if report.failure is not None:
+        return report.failure["message"][:300]
+    if report.malformed:
+        return f"a malformed result: {report.malformed}"[:300]
     own, _ = split_nccl_logs(run.stderr)
     lines = [line for line in own.splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"

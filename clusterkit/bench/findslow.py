@@ -30,6 +30,7 @@ from clusterkit.bench.launcher import (
     supervise,
 )
 from clusterkit.bench.options import BenchOptions
+from clusterkit.bench.results import wrong_elements
 from clusterkit.bench.slowrule import GroupRun, SlowVerdict, judge_groups
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
@@ -304,13 +305,10 @@ def _group_result(runs: list[NodeRun], deadline: Deadline) -> tuple[float | None
     """(busbw of the slowest rank, "") from the group's result, or (None, what failed)."""
     reports = {run.host: read_node(run) for run in runs}
     for report in reports.values():
-        frame = report.frame
-        if not frame or frame.get("error") or not frame.get("results"):
+        if report.result is None or not report.result["results"]:
             continue
-        row = frame["results"][-1]
-        places = (row.get("out_of_place"), row.get("in_place"))
-        wrong = sum(max(0, (place or {}).get("nwrong") or 0) for place in places)
-        if wrong:
+        row = report.result["results"][-1]
+        if wrong := wrong_elements(row):
             return None, f"{wrong} wrong elements after all_reduce(sum)"
         return float(row["slowest"]["bus_bw"]), ""
     found = failure_findings(runs, reports, deadline)

@@ -1,7 +1,8 @@
 """The bench verdict, pure: which threshold applies (and why), whether the slowest rank's
 busbw at the gate size meets it, and the warnings a bandwidth run can reveal.
 
-No I/O except reading the packaged threshold table; unit-tested on recorded results.
+No I/O except reading the packaged threshold table; unit-tested on recorded results. It
+reads the worker's results as bench/results.py types them (checked where they arrive).
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from clusterkit.bench.results import (
+    BenchResult,
+    CollectiveResult,
+    GateVerdict,
+    Row,
+    collectives,
+    wrong_elements,
+)
 from clusterkit.checks.model import Finding, Status
 from clusterkit.facts import FactsByHost, HostFacts, IbPort, collected
 
@@ -252,7 +261,7 @@ class Verdict:
     threshold: Threshold
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> GateVerdict:
         return {
             "passed": self.passed,
             "size": self.size,
@@ -267,7 +276,7 @@ class Verdict:
         }
 
 
-def gate_row(result: Mapping[str, Any], gate_size: int | None = None) -> Mapping[str, Any]:
+def gate_row(result: CollectiveResult, gate_size: int | None = None) -> Row:
     """The result row the gate reads: the requested size, else the largest one measured."""
     rows = result["results"]
     if gate_size is None:
@@ -277,44 +286,33 @@ def gate_row(result: Mapping[str, Any], gate_size: int | None = None) -> Mapping
 
 
 def evaluate(
-    result: Mapping[str, Any], threshold: Threshold, gate_size: int | None = None
+    result: CollectiveResult, threshold: Threshold, gate_size: int | None = None
 ) -> Verdict:
     row = gate_row(result, gate_size)
-    slowest = row.get("slowest") or {}
-    place = row.get("in_place") or row.get("out_of_place") or {}
-    busbw = slowest.get("bus_bw", place.get("bus_bw"))
-    common = {
-        "size": row["size"],
-        "busbw": busbw,
-        "mean_busbw": place.get("bus_bw"),
-        "slowest_rank": int(slowest.get("rank", 0)),
-        "slowest_host": str(slowest.get("host", "")),
-        "threshold": threshold,
-    }
-    if busbw is None or _ranks(result) == 1:  # nccl-tests prints 0.00 for one rank
-        common.update(busbw=None, mean_busbw=None)
+    slowest = row["slowest"]
+    place = row["in_place"] or row["out_of_place"]
+    measured = Verdict(
+        None,
+        size=row["size"],
+        busbw=slowest["bus_bw"],
+        mean_busbw=place["bus_bw"] if place else None,
+        slowest_rank=slowest["rank"],
+        slowest_host=slowest["host"],
+        threshold=threshold,
+    )
+    if result["world_size"] == 1:  # nccl-tests prints 0.00 for one rank
+        unmeasured = replace(measured, busbw=None, mean_busbw=None)
         if threshold.value is not None and threshold.source in ASKED_FOR:
             # Fail closed: a threshold the user set cannot be shown to be met.
             reason = (
                 f"one rank: bus bandwidth cannot be measured, so {threshold.detail} "
                 "cannot be met; run on two or more GPUs or nodes"
             )
-            return Verdict(False, reason=reason, **common)
-        return Verdict(None, reason="one rank: bus bandwidth does not apply", **common)
+            return replace(unmeasured, passed=False, reason=reason)
+        return replace(unmeasured, reason="one rank: bus bandwidth does not apply")
     if threshold.value is None:
-        return Verdict(None, reason="no threshold: reported only", **common)
-    return Verdict(busbw >= threshold.value, **common)
-
-
-def _ranks(result: Mapping[str, Any]) -> int | None:
-    ranks = result.get("world_size")
-    return int(ranks) if ranks is not None else len(result.get("devices") or []) or None
-
-
-def _wrong_elements(row: Mapping[str, Any]) -> int:
-    """Wrong elements of one size, out of place and in place (a block may be absent)."""
-    places = (row.get("out_of_place"), row.get("in_place"))
-    return sum(max(0, (place or {}).get("nwrong") or 0) for place in places)
+        return replace(measured, reason="no threshold: reported only")
+    return replace(measured, passed=slowest["bus_bw"] >= threshold.value)
 
 
 def finding_id(collective: str) -> str:
@@ -322,13 +320,12 @@ def finding_id(collective: str) -> str:
     return "bench.busbw" if collective == "all_reduce" else f"bench.busbw-{collective}"
 
 
-def result_collective(result: Mapping[str, Any]) -> str:
+def result_collective(result: CollectiveResult) -> str:
     """The collective of one result, from nccl-tests' name (`all_gather_perf`)."""
-    name = str((result.get("config") or {}).get("collective") or "all_reduce_perf")
-    return name.removesuffix("_perf")
+    return result["config"]["collective"].removesuffix("_perf")
 
 
-def unsupported_finding(result: Mapping[str, Any], hosts: list[str]) -> Finding:
+def unsupported_finding(result: CollectiveResult, hosts: list[str]) -> Finding:
     collective = result_collective(result)
     return Finding(
         finding_id(collective),
@@ -391,17 +388,17 @@ def busbw_finding(verdict: Verdict, hosts: list[str], collective: str = "all_red
     )
 
 
-def correctness_finding(result: Mapping[str, Any], hosts: list[str]) -> Finding:
+def correctness_finding(result: BenchResult, hosts: list[str]) -> Finding:
     """Wrong elements of every collective measured (one finding for the run)."""
-    measured = [one for one in [result, *result.get("more_collectives", [])] if one["results"]]
+    measured = [one for one in collectives(result) if one["results"]]
     names = " and ".join(result_collective(one) for one in measured) or "all_reduce"
-    wrong = [(one, r) for one in measured for r in one["results"] if _wrong_elements(r) > 0]
+    wrong = [(one, r) for one in measured for r in one["results"] if wrong_elements(r) > 0]
     if not wrong:
-        checked = result.get("config", {}).get("validation", 1)
+        checked = result["config"]["validation"]
         status = Status.OK if checked else Status.SKIP
         text = f"every {names} result was correct" if checked else "not checked (-c 0)"
         return Finding("bench.correctness", status, text, hosts=hosts, stage=STAGE)
-    total = sum(_wrong_elements(r) for _, r in wrong)
+    total = sum(wrong_elements(r) for _, r in wrong)
     sizes = ", ".join(f"{result_collective(one)} {_human_size(r['size'])}" for one, r in wrong)
     return Finding(
         "bench.correctness",
@@ -416,10 +413,10 @@ def correctness_finding(result: Mapping[str, Any], hosts: list[str]) -> Finding:
     )
 
 
-def slow_rank_finding(result: Mapping[str, Any], gate_size: int | None = None) -> Finding | None:
+def slow_rank_finding(result: CollectiveResult, gate_size: int | None = None) -> Finding | None:
     """Warn when one rank spends much longer per op than the median rank at the gate size."""
     row = gate_row(result, gate_size)
-    times = row.get("rank_times_us") or []
+    times = row["rank_times_us"]
     if len(times) < 3:
         return None
     median = statistics.median(times)

@@ -19,14 +19,15 @@ from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
 from clusterkit.bench.attribution import NodeRun, judge, split_nccl_logs
 from clusterkit.bench.nccltests import format_tables
 from clusterkit.bench.options import BenchOptions
+from clusterkit.bench.results import BenchResult
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
 from clusterkit.errors import TransportError
+from clusterkit.facts import collected
 from clusterkit.inventory.model import Host, Inventory
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR, folder_name, shell_line
 from clusterkit.transport.base import Deadline, Transport
@@ -99,7 +100,7 @@ echo "killed:$pids"
 @dataclass
 class BenchOutcome:
     findings: list[Finding]
-    result: dict[str, Any] | None  # worker JSON + "gate", None when no result came back
+    result: BenchResult | None  # worker JSON + "gate", None when no result came back
     table: str  # the nccl-tests table, "" without a result
     nodes: list[NodeRun]
     run_id: str
@@ -126,12 +127,15 @@ def ranks_per_node(inventory: Inventory, options: BenchOptions, hosts: list[Host
         return 1
     if inventory.settings.expect.gpus_per_node:
         return inventory.settings.expect.gpus_per_node
-    counts = [
-        int((options.facts.get(h.name, {}).get("gpus") or {}).get("count") or 0) for h in hosts
-    ]
+    counts = [_gpu_count(options, h) for h in hosts]
     if options.backend != "gloo" and counts and min(counts) > 0:
         return min(counts)
     return 1
+
+
+def _gpu_count(options: BenchOptions, host: Host) -> int:
+    """The GPUs the probe found on the host (0: none, or no facts)."""
+    return collected(options.facts.get(host.name, {}).get("gpus")).get("count") or 0
 
 
 def node_argv(
@@ -213,7 +217,7 @@ class World:
     gpus: bool
 
     def infiniband(self, options: BenchOptions, host: Host) -> bool:
-        return bool(((options.facts.get(host.name) or {}).get("infiniband") or {}).get("devices"))
+        return bool(collected(options.facts.get(host.name, {}).get("infiniband")).get("devices"))
 
 
 def plan_world(
@@ -225,9 +229,7 @@ def plan_world(
     ordered = [master_host, *[h for h in hosts if h is not master_host]]
     image = inventory.settings.image if options.image is None else (options.image or None)
     gpus = options.backend != "gloo" and any(
-        int((options.facts.get(h.name, {}).get("gpus") or {}).get("count") or 0) > 0
-        or h.name not in options.facts
-        for h in ordered
+        _gpu_count(options, h) > 0 or h.name not in options.facts for h in ordered
     )
     return World(ordered, ranks_per_node(inventory, options, ordered), image, gpus)
 

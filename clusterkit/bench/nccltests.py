@@ -12,9 +12,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clusterkit.node.bench_worker import format_table, format_tables
+from clusterkit.bench.results import BenchResult, CollectiveResult
+from clusterkit.node import bench_worker
 
 __all__ = ["TableError", "format_table", "format_tables", "parse_json", "parse_table", "write_json"]
+
+
+def format_table(result: CollectiveResult) -> str:
+    """The nccl-tests report of one collective's result, as the worker prints it."""
+    return bench_worker.format_table(dict(result))
+
+
+def format_tables(result: BenchResult) -> str:
+    """One nccl-tests report per collective measured, as the worker prints them."""
+    return bench_worker.format_tables(dict(result))
+
 
 _PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
 _NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"

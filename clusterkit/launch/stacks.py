@@ -7,27 +7,24 @@ is inside a library call, the innermost library function (e.g. `all_reduce`). Ra
 same point form a group; the biggest group is what the job was doing, the rest are the odd
 ones out, usually the cause.
 
-A node's answer is checked before anything uses it (checked_entries): rank and pid must be
-integers, since they name files and processes; an entry that is not well formed is dropped
-and said so, never turned into a path or a crash.
+A node's answer is checked where it arrives (launch/messages.py): rank and pid are integers
+in range, since they name files and processes; an entry that is not well formed is dropped
+and said so there, never turned into a path or a crash. What is in `raw` is the rank's own
+(py-spy's JSON or faulthandler's text), read here and reported on the rank when unreadable.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
 
-from clusterkit.report.escape import printable
+from clusterkit.launch.messages import RankDump
 
 _FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)", re.M)
 _FAULTHANDLER_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$', re.M)
 _LIBRARY = re.compile(r"(/site-packages/|/dist-packages/|/lib/python\d[\d.]*/|^<frozen )")
-_LARGEST_ID = 2**31  # ranks and pids are below it
-_TEXT_FIELDS = ("method", "raw", "error")
 # What a malformed dump may raise while it is read: reported on the rank, never raised.
 _UNREADABLE = (ValueError, TypeError, AttributeError, ArithmeticError, RecursionError)
 
@@ -107,67 +104,20 @@ def wait_point(frames: Sequence[Frame]) -> str:
     return f"at {place} in {own.function}{code}"
 
 
-def parse_dump(
-    host: str, entry: Mapping[str, Any], sources: Mapping[str, str] | None = None
-) -> RankStack:
+def parse_dump(host: str, entry: RankDump) -> RankStack:
     """A RankStack from one rank's entry of a node's dump answer."""
-    sources = sources if sources is not None else entry.get("sources") or {}
-    raw = str(entry.get("raw") or "")
-    method = str(entry.get("method") or "unknown")
-    pid = entry.get("pid")
-    stack = RankStack(host, int(entry["rank"]), pid, method, error=entry.get("error"))
+    raw = entry.get("raw", "")
+    method = entry.get("method", "unknown")
+    pid = entry["pid"]
+    stack = RankStack(host, entry["rank"], pid, method, error=entry.get("error"))
     try:
         if method == "py-spy":
-            stack.threads = parse_py_spy(raw, pid, sources)
+            stack.threads = parse_py_spy(raw, pid, entry["sources"])
         elif raw:
-            stack.threads = parse_faulthandler(raw, sources)
+            stack.threads = parse_faulthandler(raw, entry["sources"])
     except _UNREADABLE as error:
         stack.error = stack.error or f"unreadable dump: {type(error).__name__}: {error}"[:200]
     return stack
-
-
-def checked_entries(ranks: object) -> tuple[list[dict[str, Any]], list[str]]:
-    """The well-formed entries of a node's dump answer, and why each other one was dropped."""
-    if not isinstance(ranks, list):
-        return [], [f"the dump is {_shown(ranks)}, not a list of ranks"]
-    kept: list[dict[str, Any]] = []
-    problems: list[str] = []
-    for index, entry in enumerate(ranks):
-        problem = entry_problem(entry)
-        if problem is None:
-            kept.append(entry)
-        else:
-            problems.append(f"dump entry {index} dropped: {problem}")
-    return kept, problems
-
-
-def entry_problem(entry: object) -> str | None:
-    """Why one rank's entry of a dump answer cannot be used, or None."""
-    if not isinstance(entry, dict):
-        return f"{_shown(entry)} is not an object"
-    for key, lowest in (("rank", 0), ("pid", 1)):
-        value = entry.get(key)
-        if not _whole(value) or not lowest <= value < _LARGEST_ID:
-            return f"{key} {_shown(value)} is not a whole number from {lowest}"
-    for key in _TEXT_FIELDS:
-        if entry.get(key) is not None and not isinstance(entry[key], str):
-            return f"{key} {_shown(entry[key])} is not text"
-    sources = entry.get("sources")
-    if sources is not None and not (
-        isinstance(sources, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items())
-    ):
-        return f"sources {_shown(sources)} is not a map of text"
-    return None
-
-
-def _whole(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _shown(value: object) -> str:
-    """A short, one-line rendering of a node's value for a message."""
-    return printable(reprlib.repr(value))
 
 
 def parse_py_spy(raw: str, pid: int | None, sources: Mapping[str, str]) -> list[Thread]:

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 from clusterkit.errors import TransportError
 from clusterkit.launch import failure as failures
 from clusterkit.launch import stacks
+from clusterkit.launch.messages import ControlMessage, MalformedControl, RankDump, parse_control
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.report.escape import printable
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
@@ -133,9 +134,10 @@ class _Node:
     error: str | None = None
     heard_at: float = field(default_factory=time.monotonic)
     agent_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
-    dump: list[dict[str, Any]] | None = None
+    dump: list[RankDump] | None = None
     dump_problems: list[str] = field(default_factory=list)  # entries dropped as malformed
     stacks_method: str | None = None
+    malformed: str | None = None  # the first control message dropped for its shape, and why
 
     @property
     def host(self) -> str:
@@ -279,10 +281,7 @@ class Supervisor:
 
     def _line(self, node: _Node, raw: bytes) -> None:
         if raw.startswith(self.token.encode() + b" "):
-            with contextlib.suppress(ValueError, RecursionError):
-                message = json.loads(raw[len(self.token) + 1 :])
-                if isinstance(message, dict):
-                    self._control(node, message)
+            self._received(node, raw[len(self.token) + 1 :])
             return
         match = _RANK_LINE.match(raw)
         rank = int(match[1]) if match else None
@@ -313,20 +312,36 @@ class Supervisor:
             if self.options.on_running is not None:
                 self.options.on_running()
 
-    def _control(self, node: _Node, message: dict[str, Any]) -> None:
-        event = message.get("event")
-        if event == "started":
-            method = message.get("stacks")
-            node.stacks_method = method if isinstance(method, str) else None
-        elif event == "dump":
-            node.dump, node.dump_problems = stacks.checked_entries(message.get("ranks"))
-        elif event == "exit":
-            code = message.get("code")
-            node.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    def _received(self, node: _Node, text: bytes) -> None:
+        """A control message, checked (launch/messages.py). One that is not JSON, or of
+        another shape, is dropped like any line that cannot be read: the node's exit report
+        is then missing, and the node is lost when it ends (the first shape problem is told
+        once per node)."""
+        try:
+            decoded = json.loads(text)
+        except (ValueError, RecursionError):
+            return
+        try:
+            message, dropped = parse_control(decoded)
+        except MalformedControl as error:
+            if node.malformed is None:
+                node.malformed = str(error)
+                note = f"clusterkit: {node.host}: a malformed message was dropped: {error}"
+                self.options.note(printable(note))
+            return
+        self._control(node, message, dropped)
+
+    def _control(self, node: _Node, message: ControlMessage, dropped: list[str]) -> None:
+        if message["event"] == "started":
+            node.stacks_method = message["stacks"]
+        elif message["event"] == "dump":
+            node.dump, node.dump_problems = message["ranks"], dropped
+        elif message["event"] == "exit":
+            node.exit_code = message["code"]
             node.reported_at = time.monotonic()
-            if message.get("error"):
-                node.error = str(message["error"])
-                self.options.note(printable(f"clusterkit: {node.host}: {node.error}"))
+            if error := message.get("error"):
+                node.error = error
+                self.options.note(printable(f"clusterkit: {node.host}: {error}"))
             if node.exit_code != 0 and not node.stopped_by_us:
                 by_rank = {r: list(v) for (h, r), v in self.last_lines.items() if h == node.host}
                 by_rank[-1] = list(node.agent_lines)[-LAST_LINES:]

@@ -1,12 +1,12 @@
 """The storage stage's verdicts: pure functions over what the nodes answered
-(clusterkit/node/storage.py)."""
+(clusterkit/node/storage.py, checked on arrival by storage/results.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.storage.results import Answer
 
 STAGE = "probe"
 LOW_FREE_BYTES = 10 * 1024**3  # a checkpoint of a large model needs far more than this
@@ -16,11 +16,11 @@ def shared_findings(
     paths: list[str],
     master: str,
     token: str,
-    written: Mapping[str, Any],
-    reads: Mapping[str, Mapping[str, Any]],
+    written: Answer,
+    reads: Mapping[str, Answer | str],
 ) -> list[Finding]:
     """storage.shared: every node read the master's token in every path; storage.free: free
-    space per node and path."""
+    space per node and path. `reads`: each node's answer, or why its read failed."""
     not_written = {p: e.get("error", "?") for p, e in written.items() if not e.get("written")}
     if not_written:
         return [_not_written(master, not_written)]
@@ -52,7 +52,7 @@ def shared_findings(
     return findings
 
 
-def _not_written(master: str, not_written: dict[str, Any]) -> Finding:
+def _not_written(master: str, not_written: dict[str, str]) -> Finding:
     """storage.shared: the token could not even be written on the master."""
     message = f"{master} could not write in " + "; ".join(
         f"{path} ({why})" for path, why in not_written.items()
@@ -70,7 +70,7 @@ def _not_written(master: str, not_written: dict[str, Any]) -> Finding:
 
 
 def _read_problems(
-    paths: list[str], token: str, reads: Mapping[str, Mapping[str, Any]]
+    paths: list[str], token: str, reads: Mapping[str, Answer | str]
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """Per node: the paths where it did not read the token, a path low on space, a read that
     failed outright."""
@@ -78,12 +78,12 @@ def _read_problems(
     low: dict[str, str] = {}
     failed: dict[str, str] = {}
     for host, answer in reads.items():
-        if "error" in answer:  # the read itself failed (paths are absolute: no clash)
-            failed[host] = str(answer["error"])
+        if isinstance(answer, str):  # the read itself failed
+            failed[host] = answer
             continue
         missing = []
         for path in paths:
-            entry = answer.get(path) or {}
+            entry = answer[path]
             if entry.get("token") != token:
                 missing.append(f"{path} ({entry.get('error') or 'another file'})")
             free = entry.get("free_bytes")

@@ -5,32 +5,46 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
 from clusterkit.stages.base import StageResult
 from clusterkit.storage.checks import STAGE, shared_findings
+from clusterkit.storage.results import Action, Answer, MalformedAnswer, Request, parse_answer
 from clusterkit.transport.base import Deadline, Transport
-from clusterkit.transport.nodescript import node_script, run_node_script
+from clusterkit.transport.nodescript import (
+    NodeScriptError,
+    ScriptFailure,
+    node_script,
+    run_node_script,
+)
 from clusterkit.transport.pool import parallel
 
 if TYPE_CHECKING:
     from clusterkit.stages.session import Session
 
 
-def _run(
-    transport: Transport, interpreter: str, args: dict[str, Any], deadline: Deadline
-) -> dict[str, Any]:
-    return run_node_script(
+WHAT = "the shared-paths script"
+
+
+def _run(transport: Transport, interpreter: str, args: Request, deadline: Deadline) -> Answer:
+    """The node's answer, checked; TransportError with the reason when there is none or it
+    has another shape (storage/results.py)."""
+    raw = run_node_script(
         transport,
         node_script("storage"),
         [json.dumps(args, separators=(",", ":"))],
         interpreter=interpreter,
         deadline=deadline,
-        what="the shared-paths script",
+        what=WHAT,
     )
+    try:
+        return parse_answer(raw, args["paths"])
+    except MalformedAnswer as error:
+        failure = ScriptFailure("broken", f"{WHAT} sent a malformed answer: {error}")
+        raise NodeScriptError(transport.host, failure) from None
 
 
 def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
@@ -46,8 +60,8 @@ def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
         return StageResult([Finding("storage.shared", Status.SKIP, why, stage=STAGE)])
     token = secrets.token_hex(12)
 
-    def on(name: str, action: str) -> dict[str, Any]:
-        args = {"action": action, "paths": paths, "token": token}
+    def on(name: str, action: Action) -> Answer:
+        args = Request(action=action, paths=paths, token=token)
         interpreter = inventory.host(name).python_interpreter or "python3"
         return _run(transports[name], interpreter, args, deadline)
 
@@ -59,13 +73,13 @@ def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
             [Finding("storage.shared", Status.ERROR, failure, [master], stage=STAGE)]
         )
     names = list(transports)
-    reads: dict[str, Any] = {}
+    reads: dict[str, Answer | str] = {}  # a node's answer, or why its read failed
     try:
         for name, outcome in zip(
             names, parallel(lambda n: on(n, "read"), names, workers=session.workers)
         ):
             reads[name] = (
-                {"error": outcome.detail if isinstance(outcome, TransportError) else str(outcome)}
+                (outcome.detail if isinstance(outcome, TransportError) else str(outcome))
                 if isinstance(outcome, BaseException)
                 else outcome
             )
@@ -73,7 +87,8 @@ def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
         # the read answers are what matter; a leftover token file is harmless
         with contextlib.suppress(TransportError):
             on(master, "remove")
-    details = {"master": master, "token": token, "written": written, "reads": reads}
+    shown = {n: {"error": r} if isinstance(r, str) else r for n, r in reads.items()}
+    details = {"master": master, "token": token, "written": written, "reads": shown}
     return StageResult(shared_findings(paths, master, token, written, reads), details)
 
 

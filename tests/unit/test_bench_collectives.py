@@ -9,14 +9,8 @@ from clusterkit.bench import gate
 from clusterkit.bench.attribution import collective_findings
 from clusterkit.bench.nccltests import format_tables, parse_table
 from clusterkit.checks.model import Status
-from clusterkit.node.bench_worker import (
-    _average_busbw,
-    bandwidths,
-    bus_factor,
-    parse_collectives,
-    row_shape,
-    summarise,
-)
+from clusterkit.node.bench_worker import bandwidths, bus_factor, parse_collectives, row_shape
+from tests.support.bench_results import worker_result
 
 
 def test_bus_factors_are_nccl_tests() -> None:
@@ -51,23 +45,9 @@ def test_unknown_collective_is_named() -> None:
 
 
 def _one(collective: str, scale: float, ranks: int = 3) -> dict:
-    devices = [
-        {"rank": r, "host": f"node{r + 1}", "pid": 1, "device": 0, "bus_id": "cpu", "name": "CPU"}
-        for r in range(ranks)
-    ]
-    sizes = [1024**2, 16 * 1024**2]
+    """A result at 1M and 16M, every rank taking 1 and 10 ms x `scale` per op."""
     times = [[1e-3 * scale, 1e-2 * scale] for _ in range(ranks)]
-    wrong = [[0, 0] for _ in range(ranks)]
-    in_place = [[] for _ in range(ranks)] if collective == "alltoall" else times
-    results = summarise(sizes, "float", 4, ranks, in_place, wrong, devices, times, wrong,
-                        collective)  # fmt: skip
-    return {
-        "config": {"collective": f"{collective}_perf", "nThread": 1, "nGpus": 1,
-                   "minBytes": sizes[0], "maxBytes": sizes[-1], "stepFactor": 2,
-                   "warmupIters": 1, "iters": 2, "validation": 1},
-        "devices": devices, "results": results, "world_size": ranks, "backend": "gloo",
-        "average_bus_bandwidth": _average_busbw(results), "versions": {},
-    }  # fmt: skip
+    return worker_result(times, sizes=(1024**2, 16 * 1024**2), collective=collective)
 
 
 def test_each_collective_table_parses_back_with_its_title() -> None:

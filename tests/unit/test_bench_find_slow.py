@@ -19,6 +19,7 @@ from clusterkit.checks.model import Status
 from clusterkit.framing import encode
 from clusterkit.inventory.model import Host
 from clusterkit.transport.base import CommandResult, Deadline
+from tests.support.bench_results import worker_result
 
 SIZES = [(k, n) for k in (2, 3, 4) for n in [*range(k * k, 40), 64, 81, 100, 128, 255, 256]]
 
@@ -255,15 +256,12 @@ def _run(host: str, rank: int, stdout: bytes, stderr: bytes = b"", code: int = 0
 
 
 def test_a_group_reads_the_slowest_rank_and_wrong_data_fails_it() -> None:
-    row = {
-        "size": 1 << 23,
-        "out_of_place": {"nwrong": 0},
-        "in_place": {"nwrong": 0},
-        "slowest": {"bus_bw": 0.42},
-    }
-    ok = _run("a", 0, encode({"results": [row]}))
-    assert _group_result([ok, _run("b", 1, b"")], Deadline.after(5)) == (0.42, "")
-    wrong = _run("a", 0, encode({"results": [{**row, "in_place": {"nwrong": 3}}]}))
+    result = worker_result([[0.01], [0.02]], sizes=(1 << 23,))
+    slowest = result["results"][-1]["slowest"]["bus_bw"]
+    ok = _run("a", 0, encode(result))
+    assert _group_result([ok, _run("b", 1, b"")], Deadline.after(5)) == (slowest, "")
+    result["results"][-1]["in_place"]["nwrong"] = 3
+    wrong = _run("a", 0, encode(result))
     assert _group_result([wrong], Deadline.after(5)) == (
         None,
         "3 wrong elements after all_reduce(sum)",

@@ -11,8 +11,8 @@ from clusterkit.bench import gate
 from clusterkit.bench.attribution import NodeRun, failure_findings, read_node, split_nccl_logs
 from clusterkit.checks.model import Status
 from clusterkit.facts import HostFacts, parse_facts
-from clusterkit.node.bench_worker import summarise
 from clusterkit.transport.base import CommandResult, Deadline
+from tests.support.bench_results import worker_result
 from tests.unit.test_fabric import nvlink_section
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -123,12 +123,9 @@ def test_gloo_reports_only_unless_told() -> None:
     assert _resolve(backend="gloo", environ={"NCCL_TESTS_MIN_BW": "bad"}).value is None
 
 
-def _result(times: list[float], ranks: int | None = None) -> dict:
-    ranks = ranks or len(times)
-    devices = [{"rank": r, "host": f"node{r + 1}"} for r in range(ranks)]
-    per_rank = [[t] for t in times]
-    results = summarise([64 * 1024**2], "float", 4, ranks, per_rank, [[0]] * ranks, devices)
-    return {"results": results, "devices": devices, "config": {"validation": 1}}
+def _result(times: list[float]) -> dict:
+    """A result at 64M where rank r took `times[r]` seconds per op."""
+    return worker_result([[t] for t in times])
 
 
 def test_verdict_reads_the_slowest_rank() -> None:
@@ -146,10 +143,7 @@ def test_verdict_reads_the_slowest_rank() -> None:
 
 
 def test_gate_size_picks_the_largest_row_that_fits() -> None:
-    devices = [{"rank": r, "host": f"n{r}"} for r in range(2)]
-    results = summarise([1024, 4096, 16384], "float", 4, 2, [[1e-5] * 3] * 2, [[0] * 3] * 2,
-                        devices)  # fmt: skip
-    result = {"results": results, "devices": devices}
+    result = worker_result([[1e-5] * 3] * 2, sizes=(1024, 4096, 16384))
     assert gate.gate_row(result)["size"] == 16384
     assert gate.gate_row(result, 5000)["size"] == 4096
 

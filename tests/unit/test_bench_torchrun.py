@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import framing
 from clusterkit.bench.nccltests import parse_table
+from clusterkit.bench.results import parse_frame, parse_result
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -53,6 +55,7 @@ def test_three_ranks_table_parses_and_matches_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     table = parse_table(done.stdout)
     result = json.loads(json_path.read_text())
+    assert parse_result(result) == result  # the shape the control side declares, strictly
     assert result["world_size"] == 3 and result["backend"] == "gloo"
     assert [r["size"] for r in table["results"]] == [65536, 262144, 1048576]
     assert [r["size"] for r in result["results"]] == [65536, 262144, 1048576]
@@ -96,9 +99,14 @@ def test_ranks_leave_without_the_interpreter_teardown(tmp_path: Path, module: bo
 
 
 def test_wrong_world_size_is_caught_before_timing(tmp_path: Path) -> None:
-    done = _torchrun(tmp_path, "-b", "1K", "-e", "1K", "--expect-world-size", "4")
+    done = _torchrun(tmp_path, "-b", "1K", "-e", "1K", "--expect-world-size", "4", "--frame")
     assert done.returncode != 0
     assert "error world-size: WORLD_SIZE is 3 but 4 ranks were expected" in done.stderr
+    report = parse_frame(framing.decode(done.stdout.encode()))  # checked strictly
+    assert "error" in report and (report["error"]["kind"], report["error"]["rank"]) == (
+        "world-size",
+        0,
+    )
     assert "joined" not in done.stderr  # failed before the process group even formed
     assert "# Avg bus bandwidth" not in done.stdout
 

@@ -14,10 +14,9 @@ from clusterkit.commands.launch import report_outcome
 from clusterkit.environment import Environment
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.plan import LaunchSettings, PlanNode, build_plan
-from clusterkit.launch.stacks import checked_entries
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
 from clusterkit.safefiles import PrivateFolder
-from tests.unit.test_launch_stacks import FAULTHANDLER, IN_ALL_REDUCE, py_spy_entry
+from tests.unit.test_launch_stacks import FAULTHANDLER, IN_ALL_REDUCE, py_spy_entry, rank_entry
 
 SETTINGS = LaunchSettings(
     nodes=(PlanNode("n1"), PlanNode("n2")),
@@ -45,20 +44,20 @@ def control(sup: Supervisor, host: str, message: object) -> None:
 
 HOSTILE_RANKS = [
     py_spy_entry(0, 100, IN_ALL_REDUCE),
-    {"rank": "x/../../y", "pid": 5, "method": "faulthandler", "raw": FAULTHANDLER},
-    {"rank": 1, "pid": "123", "method": "faulthandler", "raw": FAULTHANDLER},
+    rank_entry("x/../../y", 5, method="faulthandler", raw=FAULTHANDLER),
+    rank_entry(1, "123", method="faulthandler", raw=FAULTHANDLER),
     {"method": "py-spy", "raw": "[]"},
     "../../z",
-    {"rank": True, "pid": 5},
-    {"rank": 2.5, "pid": 5},
-    {"rank": -1, "pid": 5},
-    {"rank": 10**30, "pid": 5},
-    {"rank": 3, "pid": 6, "raw": ["not", "text"]},
-    {"rank": 3, "pid": 6, "sources": {"a": 1}},
-    {"rank": 4, "pid": 7, "method": "py-spy", "raw": "[1, 2]"},
-    {"rank": 5, "pid": 8, "method": "py-spy", "raw": '[{"frames": [{"line": 1e999}]}]'},
-    {"rank": 6, "pid": 9, "method": "py-spy", "raw": "[" * 100_000},
-    {"rank": 7, "pid": 10, "error": f"py-spy failed{FORGED}{ESCAPE}"},
+    rank_entry(True, 5),
+    rank_entry(2.5, 5),
+    rank_entry(-1, 5),
+    rank_entry(10**30, 5),
+    rank_entry(3, 6, raw=["not", "text"]),
+    rank_entry(3, 6, sources={"a": 1}),
+    rank_entry(4, 7, method="py-spy", raw="[1, 2]"),
+    rank_entry(5, 8, method="py-spy", raw='[{"frames": [{"line": 1e999}]}]'),
+    rank_entry(6, 9, method="py-spy", raw="[" * 100_000),
+    rank_entry(7, 10, error=f"py-spy failed{FORGED}{ESCAPE}"),
 ]
 
 
@@ -79,9 +78,10 @@ def test_a_hostile_dump_reply_is_checked_not_trusted(tmp_path: Path) -> None:
         False, True, True, True, True
     ]  # fmt: skip
     assert len(hang.malformed) == 11  # entries 1 to 10 of n1, and n2's whole answer
-    assert "n1: dump entry 1 dropped: rank 'x/../../y' is not a whole number" in hang.malformed[0]
-    assert "pid '123' is not a whole number" in hang.malformed[1]
-    assert any(line.startswith("n2: the dump is 'x/../../y'") for line in hang.malformed)
+    assert hang.malformed[0] == "n1: dump.ranks[1].rank: int expected, got 'x/../../y'"
+    assert hang.malformed[1] == "n1: dump.ranks[2].pid: int expected, got '123'"
+    assert hang.malformed[6] == "n1: dump.ranks[7].rank: -1 is out of range (0 to 2147483647)"
+    assert "n2: dump.ranks: a list expected, got 'x/../../y'" in hang.malformed
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     assert written == ["work", "work/logs"] + [
         f"work/logs/stacks-n1-{rank}.txt" for rank in (0, 4, 5, 6, 7)
@@ -101,14 +101,16 @@ def test_a_hostile_dump_reply_is_checked_not_trusted(tmp_path: Path) -> None:
     ],
 )
 def test_wrongly_typed_control_messages_do_not_crash(message: object) -> None:
+    """Dropped like a line that is not JSON (a dump still answers, with nothing usable):
+    a node whose exit report was dropped is lost once it ends."""
     sup, notes = supervisor()
     control(sup, "n1", message)
     node = sup.nodes["n1"]
     assert node.stacks_method is None
-    assert node.exit_code is None
-    if isinstance(message, dict) and message.get("event") == "exit":
-        assert [f.rank for f in sup.failures] == [None]  # a node with no valid code failed
+    assert node.exit_code is None and node.reported_at is None and sup.failures == []
     assert all("\x1b" not in note for note in notes)
+    sup._handle("ended", node, "")
+    assert [(f.rank, f.lost) for f in sup.failures] == [(None, True)]
 
 
 def test_a_rank_number_too_long_for_int_is_just_a_line() -> None:
@@ -140,12 +142,6 @@ def test_node_text_in_the_summaries_is_escaped() -> None:
     assert any("odd one out: rank 1 on n2" in line and "\\x1b" in line for line in lines)
     assert any(line.startswith("clusterkit: malformed stack dump from n2: ") for line in lines)
     assert "  boom\\x1b]0;owned\\x07\\x1b[2J" in lines
-
-
-def test_checked_entries_keeps_well_formed_ones_only() -> None:
-    kept, problems = checked_entries([{"rank": 0, "pid": 1}, {"rank": "0", "pid": 1}])
-    assert kept == [{"rank": 0, "pid": 1}]
-    assert problems == ["dump entry 1 dropped: rank '0' is not a whole number from 0"]
 
 
 def test_secrets_in_the_jobs_last_lines_are_redacted(tmp_path: Path) -> None:

@@ -15,6 +15,11 @@ from clusterkit.launch.stacks import (
 SITE = "/venv/lib/python3.11/site-packages/torch/distributed"
 
 
+def rank_entry(rank: object, pid: object, **more: object) -> dict:
+    """One rank's entry of a node's dump answer, with what the node always sends."""
+    return {"rank": rank, "local_rank": str(rank), "pid": pid, "sources": {}, **more}
+
+
 def py_spy_entry(rank: int, pid: int, frames: list[tuple[str, str, int]]) -> dict:
     """A node's dump entry holding py-spy `dump --json` output, as py-spy 0.4 prints it."""
     threads = [
@@ -44,7 +49,7 @@ def py_spy_entry(rank: int, pid: int, frames: list[tuple[str, str, int]]) -> dic
             "process_info": None,
         },
     ]  # fmt: skip
-    return {"rank": rank, "pid": pid, "method": "py-spy", "raw": json.dumps(threads)}
+    return rank_entry(rank, pid, method="py-spy", raw=json.dumps(threads))
 
 
 IN_ALL_REDUCE = [
@@ -89,9 +94,7 @@ def test_main_thread_is_chosen_over_others() -> None:
 
 
 def test_faulthandler_dump_reads_like_py_spy() -> None:
-    stack = parse_dump(
-        "node2", {"rank": 5, "pid": 9, "method": "faulthandler", "raw": FAULTHANDLER}
-    )
+    stack = parse_dump("node2", rank_entry(5, 9, method="faulthandler", raw=FAULTHANDLER))
     assert len(stack.threads) == 2
     assert stack.main_thread is stack.threads[-1]
     assert stack.where() == "in all_reduce at train.py:88"
@@ -106,9 +109,9 @@ def test_every_rank_in_one_place_has_no_odd_one_out() -> None:
 
 
 def test_a_rank_without_a_stack_says_why() -> None:
-    entry = {"rank": 1, "pid": 5, "method": "py-spy", "raw": "", "error": "py-spy exited 1: x"}
+    entry = rank_entry(1, 5, method="py-spy", raw="", error="py-spy exited 1: x")
     assert parse_dump("node2", entry).where() == "no stack (py-spy exited 1: x)"
-    broken = {"rank": 1, "pid": 5, "method": "py-spy", "raw": "{not json"}
+    broken = rank_entry(1, 5, method="py-spy", raw="{not json")
     assert "unreadable dump" in parse_dump("node2", broken).where()
 
 

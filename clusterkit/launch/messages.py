@@ -1,0 +1,126 @@
+"""What clusterkit/node/launch.py tells the supervisor, typed: its control messages.
+
+The node process prints each as a "<token> <json>" line. A node is not trusted (it holds the
+token: it is the node process), so every message is checked against these types where it
+arrives (`parse_control`, called by launch/supervise.py), and the supervisor reads typed
+messages: a renamed key is a mypy error, not a message it silently ignores. A message of
+another shape, an unknown key included, is dropped like a line that is not JSON, with the
+path of the first bad value. A dump always counts as the node's answer: each rank's entry
+is checked alone, and one of another shape is dropped and named, never the others with it.
+
+The node program ships with the control side, so there is no version to skew; change its
+messages and these types change with it (tests/unit/test_launch_messages.py runs the real
+program's messages through them).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict, cast
+
+from clusterkit.facts import shape_problem
+
+LARGEST_ID = 2**31  # ranks and pids are below it: they name files and processes
+StacksMethod = Literal["py-spy", "faulthandler"]
+
+
+class MalformedControl(ValueError):
+    """A control message of another shape; the message names where."""
+
+
+class Started(TypedDict):
+    event: Literal["started"]
+    pid: int  # torchrun's (or `docker run`'s)
+    hostname: str
+    stacks: StacksMethod  # how this node reads its ranks' stacks
+
+
+class Alive(TypedDict):
+    """The heartbeat: a silent job is told from a lost node."""
+
+    event: Literal["alive"]
+
+
+class _RankEntry(TypedDict):
+    rank: int
+    local_rank: str | None  # as the rank's environment says it
+    pid: int
+    sources: dict[str, str]  # "file:line" -> that line of source, read on the node
+
+
+class RankDump(_RankEntry, total=False):
+    """One rank's stacks, as the node read them (launch/stacks.py parses `raw`)."""
+
+    method: StacksMethod
+    raw: str  # py-spy's `dump --json` output, or faulthandler's text
+    error: str  # why there is no stack, or only part of one
+
+
+class Dump(TypedDict):
+    event: Literal["dump"]
+    ranks: list[RankDump]
+
+
+class _Exit(TypedDict):
+    event: Literal["exit"]
+    code: int | None  # torchrun's exit status; None: it did not end even after SIGKILL
+
+
+class Exit(_Exit, total=False):
+    stopped: bool  # the job was stopped (asked to, or its control side went away)
+    leftovers: int  # processes of the job still there when torchrun had ended
+    error: str  # why it could not start, or could not be ended
+
+
+ControlMessage = Started | Alive | Dump | Exit
+_SHAPES: dict[str, type[Started] | type[Alive] | type[Exit]] = {
+    "started": Started,
+    "alive": Alive,
+    "exit": Exit,
+}
+
+
+class _Event(TypedDict):
+    event: Literal["started", "alive", "dump", "exit"]
+
+
+def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
+    """A decoded control message, checked, and a line for each part of it that was dropped
+    (a dump's entries of another shape). MalformedControl names the first bad value of a
+    message that cannot be used at all."""
+    event = raw.get("event") if isinstance(raw, dict) else None
+    if event == "dump":
+        return _dump(cast(dict[str, object], raw))
+    shape = _SHAPES.get(event) if isinstance(event, str) else None
+    if shape is None:
+        envelope = {"event": event} if isinstance(raw, dict) else raw
+        raise MalformedControl(shape_problem(envelope, _Event, "control"))
+    problem = shape_problem(raw, shape, str(event))
+    if problem is not None:
+        raise MalformedControl(problem)
+    return cast(ControlMessage, raw), []
+
+
+def _dump(raw: dict[str, object]) -> tuple[Dump, list[str]]:
+    """The well-formed rank entries of a dump, and why each other part was dropped."""
+    dropped = [f"dump: unknown key {key!r:.40}" for key in raw if key not in ("event", "ranks")]
+    ranks = raw.get("ranks")
+    if not isinstance(ranks, list):
+        not_a_list = shape_problem(ranks, list[RankDump], "dump.ranks")
+        return Dump(event="dump", ranks=[]), [*dropped, str(not_a_list)]
+    kept: list[RankDump] = []
+    for index, entry in enumerate(ranks):
+        path = f"dump.ranks[{index}]"
+        problem = shape_problem(entry, RankDump, path) or _ids_problem(entry, path)
+        if problem is None:
+            kept.append(entry)
+        else:
+            dropped.append(problem)
+    return Dump(event="dump", ranks=kept), dropped
+
+
+def _ids_problem(entry: RankDump, path: str) -> str | None:
+    """A rank below 0 or a pid below 1, or either too large to name a file or process."""
+    for key, value, lowest in (("rank", entry["rank"], 0), ("pid", entry["pid"], 1)):
+        if not lowest <= value < LARGEST_ID:
+            return f"{path}.{key}: {value} is out of range ({lowest} to {LARGEST_ID - 1})"
+    return None
