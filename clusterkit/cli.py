@@ -159,6 +159,42 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _add_seconds(
+    group: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flag: str,
+    help_text: str,
+    *,
+    default: float | None = None,
+) -> None:
+    """A duration flag (a deadline, a grace, an age): a positive number of SECONDS."""
+    group.add_argument(
+        flag, type=_positive_float, default=default, metavar="SECONDS", help=help_text
+    )
+
+
+def _add_python_option(parser: argparse.ArgumentParser, interpreter: str) -> None:
+    """--python: the interpreter the job runs, whose torch the checks look at."""
+    parser.add_argument(
+        "--python",
+        type=_interpreter,
+        default=None,
+        metavar="PATH",
+        help=f"the Python the job runs (default: {interpreter}, else python3 on PATH): "
+        "torch is checked for it",
+    )
+
+
+def _add_nproc_per_node(group: argparse._ArgumentGroup, default: str) -> None:
+    """--nproc-per-node, torchrun's ranks per node; `default` says where it comes from."""
+    group.add_argument(
+        "--nproc-per-node",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"ranks per node (default: {default})",
+    )
+
+
 def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that reaches nodes over SSH."""
     group = parser.add_argument_group("connection")
@@ -189,12 +225,10 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="OpenSSH client config to apply (default: ~/.ssh/config)",
     )
-    group.add_argument(
+    _add_seconds(
+        group,
         "--connect-timeout",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help="deadline for TCP connect, banner, key exchange and auth "
+        "deadline for TCP connect, banner, key exchange and auth "
         "(default: ansible_ssh_timeout or 10)",
     )
     group.add_argument(
@@ -273,14 +307,7 @@ def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
         "3 long; 0 off; default: clusterkit.dcgm_level, else off; docs/checks.md)",
     )
     _add_bench_gate_options(parser)
-    parser.add_argument(
-        "--python",
-        type=_interpreter,
-        default=None,
-        metavar="PATH",
-        help="the Python the job runs (default: ansible_python_interpreter, else python3 on "
-        "PATH): torch is checked for it",
-    )
+    _add_python_option(parser, "ansible_python_interpreter")
     _add_slurm_options(parser)
     _add_connection_options(parser)
     _add_report_options(parser)
@@ -308,12 +335,11 @@ def _add_check_run_options(
         "clusterkit.network.full_mesh_up_to nodes and a covering set beyond (auto, the "
         "default; clusterkit.network.mesh)",
     )
-    parser.add_argument(
+    _add_seconds(
+        parser,
         "--timeout",
-        type=_positive_float,
+        f"deadline for each host's probe (default: {PROBE_SECONDS:g})",
         default=PROBE_SECONDS,
-        metavar="SECONDS",
-        help=f"deadline for each host's probe (default: {PROBE_SECONDS:g})",
     )
 
 
@@ -410,21 +436,13 @@ def _add_node_check(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="NAME",
         help="Slurm's name for this node (default: $SLURMD_NODENAME, else hostname -s)",
     )
-    parser.add_argument(
-        "--python",
-        type=_interpreter,
-        default=None,
-        metavar="PATH",
-        help="the Python the job runs (default: the settings' ansible_python_interpreter, "
-        "else python3 on PATH): torch is checked for it",
-    )
+    _add_python_option(parser, "the settings' ansible_python_interpreter")
     parser.add_argument("--strict", action="store_true", help="warnings fail the verdict too")
-    parser.add_argument(
+    _add_seconds(
+        parser,
         "--timeout",
-        type=_positive_float,
+        "deadline for the probe (default: 30; Slurm kills a health check at 60)",
         default=30.0,
-        metavar="SECONDS",
-        help="deadline for the probe (default: 30; Slurm kills a health check at 60)",
     )
     _add_report_options(parser)
     parser.set_defaults(handler="clusterkit.commands.nodecheck:run")
@@ -455,7 +473,20 @@ def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> None:
         "rank failed, 2 bad input, 3 a node could not run.",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
-    # Defaults: the inventory's clusterkit.bench, else BenchSettings (shared with `check`).
+    _add_bench_sweep_options(parser)
+    run = parser.add_argument_group("run")
+    _add_bench_run_options(run)
+    _add_bench_rounds_options(run)
+    _add_bench_gate_options(parser)
+    _add_slurm_options(parser)
+    _add_connection_options(parser)
+    _add_report_options(parser)
+    parser.set_defaults(handler="clusterkit.commands.bench:run")
+
+
+def _add_bench_sweep_options(parser: argparse.ArgumentParser) -> None:
+    """The nccl-tests *_perf flags, with their short names. Defaults: the inventory's
+    clusterkit.bench, else BenchSettings (shared with `check`)."""
     sweep = parser.add_argument_group(
         "sweep (nccl-tests *_perf flags; defaults: clusterkit.bench in the inventory)"
     )
@@ -505,15 +536,12 @@ def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="all_reduce, all_gather, reduce_scatter, alltoall: each with its own table and "
         "gate (default: clusterkit.bench.collectives, else all_reduce)",
     )
-    run = parser.add_argument_group("run")
+
+
+def _add_bench_run_options(run: argparse._ArgumentGroup) -> None:
+    """How the ranks run: backend, ranks, port, image, deadlines and the result file."""
     run.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    run.add_argument(
-        "--nproc-per-node",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="ranks per node (default: clusterkit.expect.gpus_per_node, GPUs found, else 1)",
-    )
+    _add_nproc_per_node(run, "clusterkit.expect.gpus_per_node, GPUs found, else 1")
     run.add_argument(
         "--gate-size", default=None, metavar="SIZE", help="size the gate reads (default: -e)"
     )
@@ -523,23 +551,24 @@ def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> None:
         default=None,
         help="run inside this image (default: clusterkit.image); '' uses the node interpreter",
     )
-    run.add_argument(
+    _add_seconds(
+        run,
         "--timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="deadline for the whole run; everything is killed after it "
+        "deadline for the whole run; everything is killed after it "
         f"(default: {BenchSettings.timeout:g})",
     )
-    run.add_argument(
+    _add_seconds(
+        run,
         "--join-timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="how long ranks wait for each other to arrive "
-        f"(default: {BenchSettings.join_timeout:g})",
+        f"how long ranks wait for each other to arrive (default: {BenchSettings.join_timeout:g})",
     )
     run.add_argument(
         "-J", "--result-json", default=None, metavar="FILE", help="nccl-tests style JSON result"
     )
+
+
+def _add_bench_rounds_options(run: argparse._ArgumentGroup) -> None:
+    """The runs after the global one: every node alone, and groups of nodes in rounds."""
     run.add_argument(
         "--find-slow",
         action="store_const",
@@ -562,17 +591,21 @@ def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="K",
         help=f"nodes per group with --find-slow (default {BenchSettings.find_slow_group})",
     )
-    _add_bench_gate_options(parser)
-    _add_slurm_options(parser)
-    _add_connection_options(parser)
-    _add_report_options(parser)
-    parser.set_defaults(handler="clusterkit.commands.bench:run")
 
 
 def _add_image(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser("image", help="lock, render, build, push and verify pinned images")
     parser.set_defaults(handler="clusterkit.commands.image:run")
     steps = parser.add_subparsers(dest="image_command", metavar="STEP", parser_class=_Parser)
+    _add_image_file_steps(steps)
+    _add_image_engine_steps(steps)
+    for name, step in steps.choices.items():
+        step.epilog = _examples_epilog(IMAGE_EXAMPLES[name])
+        step.formatter_class = _ExamplesFormatter
+
+
+def _add_image_file_steps(steps: argparse._SubParsersAction[_Parser]) -> None:
+    """lock and render: the files beside the spec, for every spec when none is named."""
     spec_help = "spec folder or image.yaml (default: every images/*/image.yaml)"
     lock = steps.add_parser(
         "lock",
@@ -594,6 +627,10 @@ def _add_image(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     render.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
     _fail_if_stale(render, "write nothing; exit 1 on drift")
+
+
+def _add_image_engine_steps(steps: argparse._SubParsersAction[_Parser]) -> None:
+    """build, push and verify: one spec's image, through the Docker Engine API."""
     for name, text, description in (
         (
             "build",
@@ -619,9 +656,6 @@ def _add_image(sub: argparse._SubParsersAction[_Parser]) -> None:
         step.add_argument("--quiet", "-q", action="store_true", help="no progress output")
         if name != "verify":
             step.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
-    for name, step in steps.choices.items():
-        step.epilog = _examples_epilog(IMAGE_EXAMPLES[name])
-        step.formatter_class = _ExamplesFormatter
     build, push, verify = (steps.choices[name] for name in ("build", "push", "verify"))
     build.add_argument("--no-cache", action="store_true", help="ignore the layer cache")
     build.add_argument("--revision", help="org.opencontainers.image.revision (default: git)")
@@ -632,9 +666,7 @@ def _add_image(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     push.add_argument("--digest-file", metavar="FILE", help="write the pushed digest as JSON")
     verify.add_argument("--reference", help="image to run (default: the spec-hash tag)")
-    verify.add_argument(
-        "--timeout", type=_positive_float, default=120.0, metavar="SECONDS", help="run deadline"
-    )
+    _add_seconds(verify, "--timeout", "run deadline", default=120.0)
 
 
 def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -649,6 +681,14 @@ def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser.add_argument(
         "inventory", nargs="?", help="Ansible inventory: file or directory (node count, prices)"
     )
+    _add_cost_job(parser)
+    _add_cost_interruptions(parser)
+    _add_cost_prices(parser)
+    _add_cost_output(parser)
+    parser.set_defaults(handler="clusterkit.commands.cost:run")
+
+
+def _add_cost_job(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("job")
     job.add_argument("--nodes", type=int, help="nodes (default: the inventory's hosts)")
     job.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: catalog or 8)")
@@ -662,6 +702,11 @@ def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="checkpoint every MIN minutes (default: Daly's optimum)",
     )
     job.add_argument("--deadline", type=float, metavar="HOURS", help="wall-time deadline")
+
+
+def _add_cost_interruptions(parser: argparse.ArgumentParser) -> None:
+    """What stops the job: spot preemptions (a rate, a share, a bucket or a trace), the wait
+    for capacity, hardware failures."""
     risk = parser.add_argument_group("interruptions")
     risk.add_argument(
         "--preempt-rate",
@@ -698,6 +743,9 @@ def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="KIND",
         help="preemption hazard: exponential (default), weibull:K, preemptible24h",
     )
+
+
+def _add_cost_prices(parser: argparse.ArgumentParser) -> None:
     prices = parser.add_argument_group("prices (USD per node-hour)")
     prices.add_argument("--on-demand-price", type=float, metavar="USD")
     prices.add_argument("--spot-price", type=float, metavar="USD")
@@ -715,6 +763,9 @@ def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="DAYS",
         help="warn when a catalog price used is older (default 180)",
     )
+
+
+def _add_cost_output(parser: argparse.ArgumentParser) -> None:
     sim = parser.add_argument_group("simulation and output")
     sim.add_argument(
         "--trials",
@@ -728,7 +779,6 @@ def _add_cost(sub: argparse._SubParsersAction[_Parser]) -> None:
     sim.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     sim.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     sim.add_argument("--plot", metavar="FILE", help="write a PNG of cost vs preemption rate")
-    parser.set_defaults(handler="clusterkit.commands.cost:run")
 
 
 def cost_prices_parser() -> argparse.ArgumentParser:
@@ -769,12 +819,8 @@ def cost_prices_parser() -> argparse.ArgumentParser:
     update.add_argument(
         "--region", action="append", metavar="REGION", help="AWS regions (repeatable)"
     )
-    update.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=120.0,
-        metavar="SECONDS",
-        help="deadline for all requests together (default 120)",
+    _add_seconds(
+        update, "--timeout", "deadline for all requests together (default 120)", default=120.0
     )
     update.add_argument(
         "--aws-url", metavar="URL", help="AWS Price List base (env CLUSTERKIT_AWS_PRICING_URL)"
@@ -819,12 +865,11 @@ def _add_provision(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--check", dest="dry_run", action=_Deprecated, value=True, replacement="--dry-run"
     )
     parser.add_argument("--diff", action="store_true", help="show the changes to files")
-    parser.add_argument(
+    _add_seconds(
+        parser,
         "--timeout",
-        type=_positive_float,
+        "deadline for the whole playbook run (default: 7200)",
         default=7200.0,
-        metavar="SECONDS",
-        help="deadline for the whole playbook run (default: 7200)",
     )
     parser.add_argument(
         "-e",
@@ -856,6 +901,18 @@ def _add_launch(sub: argparse._SubParsersAction[_Parser]) -> None:
         "status when it did not pass. Example: clusterkit launch inv.yaml -- train.py --epochs 3",
     )
     _add_inventory_arguments(parser, "(default: this machine)")
+    _add_launch_gate(parser)
+    _add_launch_job(parser)
+    _add_resilience(parser)
+    _add_supervision(parser)
+    _add_bench_gate_options(parser)
+    _add_slurm_options(parser, exclude_file=False)
+    _add_connection_options(parser)
+    parser.set_defaults(handler="clusterkit.commands.launch:run", output=None, fix_plan=False)
+
+
+def _add_launch_gate(parser: argparse.ArgumentParser) -> None:
+    """The check before the job: `check`'s own options, or a saved report of it."""
     gate = parser.add_argument_group("gate")
     _add_check_run_options(gate, strict_help="warnings refuse the launch too")
     gate.add_argument("--no-check", action="store_true", help="launch without checking (loudly)")
@@ -864,12 +921,11 @@ def _add_launch(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="FILE",
         help="reuse this passing JSON report of `check` instead of checking again",
     )
-    gate.add_argument(
+    _add_seconds(
+        gate,
         "--max-age",
-        type=_positive_float,
+        "--check-report must be younger than this (default: 3600)",
         default=3600.0,
-        metavar="SECONDS",
-        help="--check-report must be younger than this (default: 3600)",
     )
     gate.add_argument(
         "--check-output",
@@ -878,20 +934,16 @@ def _add_launch(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     gate.add_argument("--format", choices=FORMATS, default="text", help="the check report format")
     _add_only_problems(gate, short=False)
+
+
+def _add_launch_job(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("job")
-    job.add_argument(
-        "--nproc-per-node",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="ranks per node (default: the GPUs per node when torch can use them, else 1)",
-    )
-    job.add_argument(
+    _add_nproc_per_node(job, "the GPUs per node when torch can use them, else 1")
+    _add_seconds(
+        job,
         "--join-timeout",
-        type=_positive_float,
+        "how long nodes wait for each other at the rendezvous (default: 300)",
         default=300.0,
-        metavar="SECONDS",
-        help="how long nodes wait for each other at the rendezvous (default: 300)",
     )
     job.add_argument("--workdir", metavar="DIR", help="run the job from DIR on every node")
     job.add_argument(
@@ -902,15 +954,16 @@ def _add_launch(sub: argparse._SubParsersAction[_Parser]) -> None:
     job.add_argument(
         "--print-dir", metavar="DIR", help="like --print, and write HOST.env and HOST.sh to DIR"
     )
-    _add_resilience(parser)
+
+
+def _add_supervision(parser: argparse.ArgumentParser) -> None:
+    """How `launch` watches the running job: logs, hangs, stops and time limits."""
     watch = parser.add_argument_group("supervision")
     watch.add_argument("--log-dir", metavar="DIR", help="write DIR/HOST-RANK.log and stack dumps")
-    watch.add_argument(
+    _add_seconds(
+        watch,
         "--hang-timeout",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help="no rank printed for this long: dump every rank's stack and stop (default: off)",
+        "no rank printed for this long: dump every rank's stack and stop (default: off)",
     )
     watch.add_argument(
         "--stacks",
@@ -919,31 +972,19 @@ def _add_launch(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="how a hang reads the ranks' stacks: py-spy on the node when it is there, else "
         "faulthandler (a SIGUSR1 handler installed in every rank) (default: auto)",
     )
-    watch.add_argument(
+    _add_seconds(
+        watch,
         "--stop-grace",
-        type=_positive_float,
+        "after SIGTERM, ranks get this long before SIGKILL (default: 5)",
         default=5.0,
-        metavar="SECONDS",
-        help="after SIGTERM, ranks get this long before SIGKILL (default: 5)",
     )
-    watch.add_argument(
+    _add_seconds(
+        watch,
         "--node-timeout",
-        type=_positive_float,
+        "a node silent this long (its heartbeat comes every 5 s) is lost (default: 60)",
         default=60.0,
-        metavar="SECONDS",
-        help="a node silent this long (its heartbeat comes every 5 s) is lost (default: 60)",
     )
-    watch.add_argument(
-        "--time-limit",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help="stop the job after this long (default: none)",
-    )
-    _add_bench_gate_options(parser)
-    _add_slurm_options(parser, exclude_file=False)
-    _add_connection_options(parser)
-    parser.set_defaults(handler="clusterkit.commands.launch:run", output=None, fix_plan=False)
+    _add_seconds(watch, "--time-limit", "stop the job after this long (default: none)")
 
 
 def _add_resilience(parser: argparse.ArgumentParser) -> None:

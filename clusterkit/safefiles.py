@@ -126,10 +126,7 @@ class PrivateFolder:
         payload = data.encode("utf-8") if isinstance(data, str) else data
         temp, fd = self._new_temp(name, mode)
         try:
-            with open(fd, "wb", closefd=True) as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
+            write_synced(fd, payload)
             self._put_in_place(temp, name)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -181,6 +178,18 @@ class PrivateFolder:
                 self.child(name),
                 f"exists and belongs to {_user(found.st_uid)}, in a folder others can write to",
             )
+
+
+def write_synced(fd: int, data: bytes, mode: int | None = None) -> None:
+    """`data` into the new file open at `fd` (closed after), with `mode` where given, and
+    on disk before the caller renames the file over the old one: a crash or a full disk
+    then leaves the old file or the whole new one, never a part."""
+    with open(fd, "wb", closefd=True) as handle:
+        if mode is not None:
+            os.fchmod(handle.fileno(), mode)
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _make_folders(path: Path) -> None:

@@ -11,7 +11,7 @@ from clusterkit.checks.links import (
     nvlink_down_evidence,
     nvlink_error_findings,
 )
-from clusterkit.checks.model import Finding, Fix, Status, over_hosts, with_command
+from clusterkit.checks.model import Finding, Fix, Status, over_hosts, per_host, with_command
 from clusterkit.checks.parity import Facts, majority, parity_finding
 from clusterkit.facts import HostFacts, collected
 
@@ -85,8 +85,7 @@ def _links_down(facts: Facts) -> Finding:
         sorted(set(checked) | set(down), key=list(facts).index),
         ok="every NVLink link that is up on its peers is up on every GPU",
         failed="NVLink links down (traffic takes the remaining links or PCIe: slower "
-        "all-reduce, NCCL may hang on some topologies): "
-        + "; ".join(f"{h}: {why}" for h, why in down.items()),
+        "all-reduce, NCCL may hang on some topologies): " + per_host(down),
         remedy="nvidia-smi nvlink -e for error counters; check the fabric manager "
         "(`systemctl status nvidia-fabricmanager`) when every link of a node is down; reset the "
         "GPUs or drain the node (a reseat or an NVSwitch fault)",
@@ -125,7 +124,7 @@ def _container_toolkit(facts: Facts) -> Finding:
             "docker.container-toolkit",
             Status.WARN,
             f"NVIDIA container toolkit differs across GPU nodes (most run {common}): "
-            + "; ".join(f"{host}: {version}" for host, version in odd.items()),
+            + per_host(odd),
             hosts=list(odd),
             expected=common,
             found=odd,
@@ -137,8 +136,7 @@ def _container_toolkit(facts: Facts) -> Finding:
         missing,
         checked,
         ok="the NVIDIA container toolkit is installed on every GPU node",
-        failed="the cluster image cannot get GPUs (docker run --gpus fails): "
-        + "; ".join(f"{h}: {why}" for h, why in missing.items()),
+        failed="the cluster image cannot get GPUs (docker run --gpus fails): " + per_host(missing),
         remedy="install the NVIDIA container toolkit (nvidia-ctk runtime configure)",
         fix_tag="container-toolkit",
     )

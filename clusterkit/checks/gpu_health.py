@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, HostProblem, Status, graded
 from clusterkit.checks.parity import Facts
 from clusterkit.facts import GpuDevice, HostFacts, collected
 
@@ -117,29 +117,13 @@ def _graded(
     checked = [h for h, f in facts.items() if _devices(f)]
     if not checked:
         return [Finding(check_id, Status.SKIP, "not checked: no host has NVIDIA GPUs")]
-    by_status: dict[Status, dict[str, list[str]]] = {}
-    actions: dict[Status, list[str]] = {}
-    for host in checked:
-        for gpu in _devices(facts[host]):
-            for status, evidence, action in problems_of(gpu):
-                line = f"{gpu_label(gpu)}: {evidence}"
-                by_status.setdefault(status, {}).setdefault(host, []).append(line)
-                shown = f"{host} {gpu_label(gpu)}: {action}"
-                actions.setdefault(status, []).append(shown)
-    if not by_status:
-        return [over_hosts(check_id, {}, checked, ok=ok, failed="")]
-    findings = []
-    for status in (Status.FAIL, Status.WARN):
-        hosts = by_status.get(status)
-        if not hosts:
-            continue
-        bad = {host: "; ".join(lines) for host, lines in hosts.items()}
-        failed = f"{what}: " + "; ".join(f"{host}: {why}" for host, why in bad.items())
-        remedy = "; ".join(dict.fromkeys(actions[status]))
-        findings.append(
-            over_hosts(check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy)
-        )
-    return findings
+    problems: list[HostProblem] = [
+        (status, host, f"{gpu_label(gpu)}: {evidence}", f"{gpu_label(gpu)}: {action}")
+        for host in checked
+        for gpu in _devices(facts[host])
+        for status, evidence, action in problems_of(gpu)
+    ]
+    return graded(check_id, checked, problems, what=what, ok=ok)
 
 
 def pcie_width_problems(gpu: GpuDevice) -> list[Problem]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, Status, over_hosts, per_host
 from clusterkit.checks.parity import Facts
 from clusterkit.facts import GpuFacts, HostFacts, TorchFacts, collected
 from clusterkit.inventory.model import Expectations
@@ -54,19 +54,17 @@ def busy_findings(facts: Facts, busy_mib: int = DEFAULT_BUSY_MIB) -> list[Findin
                 parts.append(f"GPU {device.get('index')}: {used} MiB in use, no process listed")
         if parts:
             busy[host] = "; ".join(parts)
-    if not gpu_hosts:
-        return [Finding("gpu.busy", Status.SKIP, f"not checked: {NO_GPU}")]
     return [
         over_hosts(
             "gpu.busy",
             busy,
             list(gpu_hosts),
             ok=f"no compute process and under {busy_mib} MiB in use on every GPU",
-            failed="GPUs already in use (a previous job still running?): "
-            + "; ".join(f"{h}: {why}" for h, why in busy.items()),
+            failed=f"GPUs already in use (a previous job still running?): {per_host(busy)}",
             expected=f"no process, <= {busy_mib} MiB used",
             remedy="stop those processes (kill PID; nvidia-smi shows them) or drain the node; "
             "clusterkit.gpu_busy_mib sets the memory threshold",
+            unchecked=NO_GPU,
         )
     ]
 
@@ -98,24 +96,16 @@ def visibility_findings(facts: Facts, expect: Expectations) -> list[Finding]:
             if visible_env is not None and "CUDA_VISIBLE_DEVICES" not in why:
                 why += f"; CUDA_VISIBLE_DEVICES={visible_env}"
             hidden[host] = why
-    if not checked:
-        return [
-            Finding(
-                "gpu.visible",
-                Status.SKIP,
-                "not checked: no GPU host with a CUDA build of torch (or CUDA_VISIBLE_DEVICES)",
-            )
-        ]
     return [
         over_hosts(
             "gpu.visible",
             hidden,
             checked,
             ok="every rank can see the GPUs the job places on its node",
-            failed="fewer GPUs visible than the job uses: "
-            + "; ".join(f"{h}: {why}" for h, why in hidden.items()),
+            failed=f"fewer GPUs visible than the job uses: {per_host(hidden)}",
             remedy="unset or fix CUDA_VISIBLE_DEVICES (and NVIDIA_VISIBLE_DEVICES in containers) "
             "in the nodes' environment; check dmesg for GPUs that fell off the bus",
+            unchecked="no GPU host with a CUDA build of torch (or CUDA_VISIBLE_DEVICES)",
         )
     ]
 
@@ -156,14 +146,6 @@ def arch_findings(facts: Facts) -> list[Finding]:
                 f"compute capability {', '.join(unsupported)} not in torch's arch list "
                 f"({' '.join(arch_list)})"
             )
-    if not checked:
-        return [
-            Finding(
-                "gpu.arch",
-                Status.SKIP,
-                "not checked: no GPU host where torch (a CUDA build) was imported",
-            )
-        ]
     return [
         over_hosts(
             "gpu.arch",
@@ -171,9 +153,10 @@ def arch_findings(facts: Facts) -> list[Finding]:
             checked,
             ok="torch has kernels for every GPU's architecture",
             failed="torch was not built for these GPUs (CUDA error: no kernel image is "
-            "available): " + "; ".join(f"{h}: {why}" for h, why in missing.items()),
+            f"available): {per_host(missing)}",
             remedy="install a torch build whose CUDA version supports these GPUs (e.g. the "
             "cu128+ wheels for Blackwell), or build torch with TORCH_CUDA_ARCH_LIST",
+            unchecked="no GPU host where torch (a CUDA build) was imported",
         )
     ]
 
@@ -216,8 +199,6 @@ def cpu_build_findings(facts: Facts, expect: Expectations) -> list[Finding]:
             cpu_on_gpu[host] = f"torch {torch.get('version')} is a CPU build ({wheel})"
             wheels[wheel] = None
     needs_cuda = expect.cuda is not None or "+cu" in (expect.torch or "")
-    if not gpu_hosts:
-        return [Finding("torch.cpu-build", Status.SKIP, f"not checked: {NO_GPU}")]
     return [
         over_hosts(
             "torch.cpu-build",
@@ -228,9 +209,9 @@ def cpu_build_findings(facts: Facts, expect: Expectations) -> list[Finding]:
             failed="CPU-only torch on GPU nodes (the wheel from the CPU index): only gloo "
             "on CPU can run"
             + (" and the inventory expects CUDA" if needs_cuda else "")
-            + ": "
-            + "; ".join(f"{h}: {why}" for h, why in cpu_on_gpu.items()),
+            + f": {per_host(cpu_on_gpu)}",
             remedy="install a CUDA build of torch: " + " / ".join(wheels),
+            unchecked=NO_GPU,
         )
     ]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 
 from clusterkit.checks.interfaces import interface_rank
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, Status, over_hosts, per_host
 from clusterkit.checks.parity import Facts, torch_cuda
 from clusterkit.facts import HostFacts, InterfaceFacts, collected
 from clusterkit.inventory.model import Inventory
@@ -80,7 +80,7 @@ def _job_vars(facts: Facts, inventory: Inventory) -> Finding:
         list(facts),
         ok="no job variable on any node contradicts the checked settings",
         failed="the nodes' environment sets job variables other than those checked: "
-        + "; ".join(f"{h}: {why}" for h, why in wrong.items()),
+        + per_host(wrong),
         remedy="unset these variables in the nodes' profiles (/etc/environment, ~/.bashrc, "
         "the job script's exports), or set clusterkit.master / master_port to match them",
     )
@@ -225,8 +225,7 @@ def _socket_ifname(facts: Facts, inventory: Inventory) -> Finding:
         status=Status.WARN,
         ok="one candidate interface per node, or the socket interface is named",
         failed="several interfaces and no *_SOCKET_IFNAME: NCCL and gloo may pick different "
-        "ones (or one peers cannot reach): "
-        + "; ".join(f"{h}: {why}" for h, why in ambiguous.items()),
+        "ones (or one peers cannot reach): " + per_host(ambiguous),
         remedy="set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME in the job environment, or "
         "clusterkit.interface, to the interface named above",
     )

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from clusterkit.checks.gpu_health import gpu_label
-from clusterkit.checks.model import Finding, Status, over_hosts
+from clusterkit.checks.model import Finding, HostProblem, Status, graded
 from clusterkit.checks.parity import Facts, majority
 from clusterkit.facts import HostFacts, IbPort, NvlinkGpu, collected
 
@@ -24,31 +24,6 @@ NVLINK_CRC_FAIL = 100
 # long high-speed link, more mean a marginal cable or transceiver.
 IB_COUNTER_WARN = {"link_downed": 1, "symbol_error": 10, "link_error_recovery": 10,
                    "port_rcv_errors": 10}  # fmt: skip
-
-Problem = tuple[Status, str, str, str]  # status, host, evidence, action
-
-
-def _graded(
-    check_id: str, checked: list[str], problems: list[Problem], *, what: str, ok: str
-) -> list[Finding]:
-    """One finding per status found (fail and warn hosts apart), else one OK."""
-    if not problems:
-        return [over_hosts(check_id, {}, checked, ok=ok, failed="")]
-    findings = []
-    for status in (Status.FAIL, Status.WARN):
-        mine = [p for p in problems if p[0] is status]
-        if not mine:
-            continue
-        bad: dict[str, str] = {}
-        for _, host, evidence, _ in mine:
-            bad[host] = f"{bad[host]}; {evidence}" if host in bad else evidence
-        failed = f"{what}: " + "; ".join(f"{host}: {why}" for host, why in bad.items())
-        remedy = "; ".join(dict.fromkeys(f"{host} {action}" for _, host, _, action in mine))
-        findings.append(
-            over_hosts(check_id, bad, checked, ok=ok, failed=failed, status=status, remedy=remedy)
-        )
-    return findings
-
 
 # -- NVLink ---------------------------------------------------------------------------------
 
@@ -119,9 +94,9 @@ def _numbered(item: tuple[str, object]) -> tuple[int, str]:
     return (int(key) if key.isdigit() else 1 << 30, key)
 
 
-def _nvlink_counter_problems(host: str, host_facts: HostFacts) -> list[Problem]:
+def _nvlink_counter_problems(host: str, host_facts: HostFacts) -> list[HostProblem]:
     nvlink = collected(host_facts.get("nvlink"))
-    problems: list[Problem] = []
+    problems: list[HostProblem] = []
     if nvlink.get("errors_error"):
         evidence = f"NVLink error counters unreadable: {nvlink['errors_error']}"
         problems.append((Status.WARN, host, evidence, "run `nvidia-smi nvlink -e` by hand"))
@@ -151,7 +126,7 @@ def nvlink_error_findings(facts: Facts) -> list[Finding]:
     if not checked:
         return []
     problems = [p for host in checked for p in _nvlink_counter_problems(host, facts[host])]
-    return _graded(
+    return graded(
         "gpu.nvlink-errors",
         checked,
         problems,
@@ -188,8 +163,8 @@ def _down_status(port: IbPort, peers: Mapping[str, IbPort], alone: bool) -> Stat
     return None if unused else Status.FAIL
 
 
-def _port_problems(facts: Facts, host: str, alone: bool = False) -> list[Problem]:
-    problems: list[Problem] = []
+def _port_problems(facts: Facts, host: str, alone: bool = False) -> list[HostProblem]:
+    problems: list[HostProblem] = []
     for hca, number, port in _ports(facts[host]):
         where = f"{hca} port {number}"
         peers = {h: p for h in facts if h != host
@@ -227,7 +202,7 @@ def ib_port_findings(facts: Facts, *, alone: bool = False) -> list[Finding]:
     if not checked:
         return []
     problems = [p for host in checked for p in _port_problems(facts, host, alone)]
-    return _graded(
+    return graded(
         "ib.port",
         checked,
         problems,

@@ -91,13 +91,14 @@ def over_hosts(
     expected: Any = None,
     remedy: str | None = None,
     fix_tag: str | None = None,
+    unchecked: str = "no host reported facts",
 ) -> Finding:
     """The one shape of a check over many hosts: OK on every checked host, or `status` on the
     hosts in `bad` (host -> what was found there, which becomes the finding's `found`), fixed
     on those hosts by the playbook's `fix_tag` where one is named.
-    Over no host at all it is skipped: nothing checked is never an OK."""
+    Over no host at all it is skipped (`unchecked` says why): nothing checked is never an OK."""
     if not checked and not bad:
-        return Finding(check_id, Status.SKIP, "not checked: no host reported facts")
+        return Finding(check_id, Status.SKIP, f"not checked: {unchecked}")
     if not bad:
         return Finding(
             check_id, Status.OK, ok, hosts=list(checked), expected=expected, found=expected
@@ -112,3 +113,41 @@ def over_hosts(
         remedy=remedy,
         fix=Fix((fix_tag,), tuple(bad)) if fix_tag else None,
     )
+
+
+def per_host(by_host: Mapping[str, object]) -> str:
+    """`host: what; host: what`, the hosts a message names with what was found on each."""
+    return "; ".join(f"{host}: {what}" for host, what in by_host.items())
+
+
+HostProblem = tuple[Status, str, str, str]  # status, host, evidence, what a person does
+
+
+def graded(
+    check_id: str, checked: list[str], problems: list[HostProblem], *, what: str, ok: str
+) -> list[Finding]:
+    """One finding per status found (fail and warn hosts apart), else one OK. A host's
+    evidence is joined in the order found; the remedy names each action once, host first."""
+    if not problems:
+        return [over_hosts(check_id, {}, checked, ok=ok, failed="")]
+    findings = []
+    for status in (Status.FAIL, Status.WARN):
+        mine = [p for p in problems if p[0] is status]
+        if not mine:
+            continue
+        bad: dict[str, str] = {}
+        for _, host, evidence, _ in mine:
+            bad[host] = f"{bad[host]}; {evidence}" if host in bad else evidence
+        remedy = "; ".join(dict.fromkeys(f"{host} {action}" for _, host, _, action in mine))
+        findings.append(
+            over_hosts(
+                check_id,
+                bad,
+                checked,
+                ok=ok,
+                failed=f"{what}: {per_host(bad)}",
+                status=status,
+                remedy=remedy,
+            )
+        )
+    return findings

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clusterkit.checks.model import Finding, Fix, Status, over_hosts
+from clusterkit.checks.model import Finding, Fix, Status, over_hosts, per_host
 from clusterkit.checks.parity import Facts, nccl_version
 from clusterkit.facts import HostFacts, TorchFacts, collected, error_of
 from clusterkit.inventory.model import Expectations
@@ -94,13 +94,12 @@ def _cuda_pin(facts: Facts, wanted: str) -> Finding:
             )
             if status is Status.FAIL:
                 bad[host] = why
-    described = "; ".join(f"{h}: {why}" for h, why in bad.items())
     return over_hosts(
         "expect.cuda",
         bad,
         list(facts),
         ok=f"torch's CUDA build matches {wanted} and the driver runs it on every host",
-        failed=f"CUDA {wanted} expected: {described}",
+        failed=f"CUDA {wanted} expected: {per_host(bad)}",
         expected=wanted,
     )
 
@@ -126,13 +125,10 @@ def torch_findings(facts: Facts, *, machine_only: bool = False) -> list[Finding]
     elif missing:
         where = ", ".join(f"{h} ({interp})" for h, interp in missing.items())
         findings.append(
-            Finding(
-                "torch.present",
+            _torch_missing(
+                missing,
                 Status.FAIL,
                 f"torch is not installed for the job's Python on {where}",
-                hosts=list(missing),
-                expected="torch importable",
-                found="missing",
                 remedy="install the same torch on every node, or run the job in the cluster image; "
                 "set ansible_python_interpreter (or --python) to the Python the job uses",
             )
@@ -143,31 +139,13 @@ def torch_findings(facts: Facts, *, machine_only: bool = False) -> list[Finding]
                 "torch.present", Status.OK, "torch is installed on every host", hosts=list(facts)
             )
         )
-    no_numpy = [
-        host
-        for host, f in facts.items()
-        if (torch := f.get("torch") or TorchFacts()).get("present") and torch.get("numpy") is False
-    ]
-    if no_numpy:
-        findings.append(
-            Finding(
-                "torch.numpy",
-                Status.WARN,
-                "numpy is missing for the job's Python on " + ", ".join(no_numpy) + ": "
-                "torch.distributed's all_gather_object / broadcast_object_list and "
-                "tensor.numpy() fail there with 'Numpy is not available'",
-                hosts=no_numpy,
-                expected="numpy importable",
-                found="missing",
-                remedy="install numpy beside torch on every node (or in the cluster image)",
-            )
-        )
+    findings.extend(_numpy_missing(facts))
     if broken:
         findings.append(
             Finding(
                 "torch.import",
                 Status.FAIL,
-                "torch fails to load: " + "; ".join(f"{h}: {e}" for h, e in broken.items()),
+                "torch fails to load: " + per_host(broken),
                 hosts=list(broken),
                 found=broken,
             )
@@ -175,16 +153,52 @@ def torch_findings(facts: Facts, *, machine_only: bool = False) -> list[Finding]
     return findings
 
 
+def _numpy_missing(facts: Facts) -> list[Finding]:
+    """torch.numpy: torch without numpy runs, until the job moves objects between ranks."""
+    no_numpy = [
+        host
+        for host, f in facts.items()
+        if (torch := f.get("torch") or TorchFacts()).get("present") and torch.get("numpy") is False
+    ]
+    if not no_numpy:
+        return []
+    return [
+        Finding(
+            "torch.numpy",
+            Status.WARN,
+            "numpy is missing for the job's Python on " + ", ".join(no_numpy) + ": "
+            "torch.distributed's all_gather_object / broadcast_object_list and "
+            "tensor.numpy() fail there with 'Numpy is not available'",
+            hosts=no_numpy,
+            expected="numpy importable",
+            found="missing",
+            remedy="install numpy beside torch on every node (or in the cluster image)",
+        )
+    ]
+
+
 def _machine_without_torch(missing: Mapping[str, str]) -> Finding:
     interpreters = ", ".join(dict.fromkeys(missing.values()))
-    return Finding(
-        "torch.present",
+    return _torch_missing(
+        missing,
         Status.WARN,
         f"torch missing for {interpreters}: install torch to run jobs here",
+        remedy="install torch for that Python, or name the job's Python with --python PATH",
+    )
+
+
+def _torch_missing(
+    missing: Mapping[str, str], status: Status, message: str, *, remedy: str
+) -> Finding:
+    """torch.present on the hosts where the job's Python (host -> interpreter) has no torch."""
+    return Finding(
+        "torch.present",
+        status,
+        message,
         hosts=list(missing),
         expected="torch importable",
         found="missing",
-        remedy="install torch for that Python, or name the job's Python with --python PATH",
+        remedy=remedy,
     )
 
 
@@ -233,29 +247,21 @@ def driver_cuda_findings(facts: Facts) -> list[Finding]:
                 "no host has both an NVIDIA driver and a CUDA build of torch",
             )
         ]
-    too_old, warned = verdicts[Status.FAIL], verdicts[Status.WARN]
-    if too_old:
-        return [
-            Finding(
-                "compat.driver-cuda",
-                Status.FAIL,
-                "driver too old for torch's CUDA: " + _describe(too_old),
-                hosts=list(too_old),
-                found=too_old,
-                fix=Fix(("nvidia",), tuple(too_old)),
-            )
-        ]
-    if warned:
-        return [
-            Finding(
-                "compat.driver-cuda",
-                Status.WARN,
-                "driver below full compatibility: " + _describe(warned),
-                hosts=list(warned),
-                found=warned,
-                fix=Fix(("nvidia",), tuple(warned)),
-            )
-        ]
+    for status, lead in (
+        (Status.FAIL, "driver too old for torch's CUDA"),
+        (Status.WARN, "driver below full compatibility"),
+    ):
+        if bad := verdicts[status]:
+            return [
+                Finding(
+                    "compat.driver-cuda",
+                    status,
+                    f"{lead}: {per_host(bad)}",
+                    hosts=list(bad),
+                    found=bad,
+                    fix=Fix(("nvidia",), tuple(bad)),
+                )
+            ]
     return [
         Finding(
             "compat.driver-cuda",
@@ -264,7 +270,3 @@ def driver_cuda_findings(facts: Facts) -> list[Finding]:
             hosts=checked,
         )
     ]
-
-
-def _describe(by_host: dict[str, str]) -> str:
-    return "; ".join(f"{host}: {why}" for host, why in by_host.items())

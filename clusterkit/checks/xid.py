@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, TypedDict
 
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Status, per_host
 from clusterkit.checks.parity import Facts
 from clusterkit.facts import GpuDevice, HostFacts, KernelEvent, collected
 
@@ -203,8 +203,7 @@ def _events_findings(facts: Facts, kind: str, check_id: str, ok: str) -> list[Fi
             Finding(
                 check_id,
                 Status.WARN,
-                "kernel log unreadable, GPU faults not checked: "
-                + "; ".join(f"{host}: {why}" for host, why in blind.items()),
+                "kernel log unreadable, GPU faults not checked: " + per_host(blind),
                 hosts=list(blind),
                 found=blind,
                 remedy="run as root, or let the user read the kernel log "

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import time
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from clusterkit.bench.nccltests import write_json
 from clusterkit.bench.options import BenchOptions
@@ -29,6 +29,8 @@ from clusterkit.stages.session import SessionOptions
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
 
+T = TypeVar("T")
+
 
 def bench_timeout(args: argparse.Namespace, settings: BenchSettings) -> float:
     """--timeout, else clusterkit.bench.timeout (whose default is the documented one)."""
@@ -44,26 +46,14 @@ def bench_options(
     """Validate the sweep flags (one-line usage errors) and build the launcher's options:
     flags over the inventory's `clusterkit.bench`, over its defaults. `environ` holds the
     variables the run was started with (none given: none)."""
-    for flag, value in (("-b", args.minbytes), ("-e", args.maxbytes)):
-        try:
-            if value is not None:
-                parse_size(value)
-        except ValueError as error:
-            raise UsageError(f"bench {flag}: {error}") from None
-    gate_size = None
-    if args.gate_size:
-        try:
-            gate_size = parse_size(args.gate_size)
-        except ValueError as error:
-            raise UsageError(f"bench --gate-size: {error}") from None
+    _parsed("-b", parse_size, args.minbytes)
+    _parsed("-e", parse_size, args.maxbytes)
+    gate_size = _parsed("--gate-size", parse_size, args.gate_size or None)
     if args.group_size is not None and args.group_size < 2:
         raise UsageError(f"bench --group-size: at least 2 nodes, not {args.group_size}")
-    collectives = None
-    if args.collective is not None:
-        try:
-            collectives = tuple(parse_collectives(args.collective))
-        except ValueError as error:
-            raise UsageError(f"bench --collective: {error}") from None
+    collectives = _parsed(
+        "--collective", lambda text: tuple(parse_collectives(text)), args.collective
+    )
     if args.per_node and (args.nproc_per_node or 1) < 2:
         raise UsageError(
             f"bench --per-node: needs --nproc-per-node 2 or more, not {args.nproc_per_node or 1}"
@@ -100,6 +90,16 @@ def bench_options(
             f"the largest {options.maxbytes} (-e)"
         )
     return replace(options, join_timeout=min(options.join_timeout, bench_timeout(args, settings)))
+
+
+def _parsed(flag: str, parse: Callable[[str], T], value: str | None) -> T | None:
+    """`parse(value)`, its ValueError as a one-line usage error naming the flag; None unset."""
+    if value is None:
+        return None
+    try:
+        return parse(value)
+    except ValueError as error:
+        raise UsageError(f"bench {flag}: {error}") from None
 
 
 def failed_result(report: Report) -> dict[str, Any]:

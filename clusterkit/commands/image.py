@@ -30,17 +30,22 @@ def _specs(args: argparse.Namespace, env: Environment) -> list[ImageSpec]:
     return [load_spec(path) for path in paths]
 
 
+def _print_staleness(out: Console, where: Path, problem: str | None, *, current: str) -> bool:
+    """--fail-if-stale's line for one spec's files: `problem` when they are stale (True),
+    else that they are `current`."""
+    out.print(f"{where}: {problem or current}", markup=False)
+    return bool(problem)
+
+
 def _lock(args: argparse.Namespace, env: Environment) -> ExitStatus:
     out = _out(env)
     status = ExitStatus.PASSED
     for spec in _specs(args, env):
         if args.fail_if_stale:
             reason = lockmod.stale_reason(spec)
-            if reason:
-                out.print(f"{spec.lock_path}: stale: {reason}", markup=False)
+            stale = f"stale: {reason}" if reason else None
+            if _print_staleness(out, spec.lock_path, stale, current="current"):
                 status = ExitStatus.FAILED
-            else:
-                out.print(f"{spec.lock_path}: current", markup=False)
             continue
         from clusterkit.image.registry import manifest_digest
 
@@ -69,11 +74,9 @@ def _render(args: argparse.Namespace, env: Environment) -> ExitStatus:
         lock = lockmod.read_lock(spec)
         if args.fail_if_stale:
             files = drifted(spec, lock)
-            if files:
-                out.print(f"{spec.directory}: drifted: {', '.join(files)}", markup=False)
+            drift = f"drifted: {', '.join(files)}" if files else None
+            if _print_staleness(out, spec.directory, drift, current="rendered files current"):
                 status = ExitStatus.FAILED
-            else:
-                out.print(f"{spec.directory}: rendered files current", markup=False)
             continue
         written = write_rendered(spec, lock)
         for path in written:

@@ -49,16 +49,22 @@ def parse_rate(text: str, origin: str = "flag") -> RateSource:
         )
     if re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?%", cleaned):
         return _monthly_share(text, cleaned[:-1])
-    try:
-        rate = float(cleaned.removesuffix("/h"))
-    except ValueError:
-        rate = math.nan
-    if not (math.isfinite(rate) and rate >= 0):
+    rate = hourly_rate(cleaned)
+    if rate is None:
         raise UsageError(
             f"--preempt-rate {text}: not a rate per node-hour, a monthly share such as 5%, "
             f"nor an advisor bucket (buckets: {', '.join(ADVISOR_BUCKETS)})"
         )
     return RateSource(rate, origin)
+
+
+def hourly_rate(text: str) -> float | None:
+    """`0.02` or `0.02/h`: a rate per node-hour; None unless a finite number, 0 or more."""
+    try:
+        rate = float(text.removesuffix("/h"))
+    except ValueError:
+        return None
+    return rate if math.isfinite(rate) and rate >= 0 else None
 
 
 def _monthly_share(text: str, number: str) -> RateSource:

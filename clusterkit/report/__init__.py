@@ -18,6 +18,7 @@ from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
 from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain, render_rich
+from clusterkit.safefiles import write_synced
 
 if TYPE_CHECKING:
     from clusterkit.environment import Environment
@@ -102,12 +103,7 @@ def write_whole(path: str, data: bytes) -> None:
         mode = None
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     try:
-        with os.fdopen(fd, "wb") as stream:
-            if mode is not None:
-                os.fchmod(stream.fileno(), mode)
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
+        write_synced(fd, data, mode)
         os.replace(temp, real)
     except BaseException:
         with contextlib.suppress(OSError):

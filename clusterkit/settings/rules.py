@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from clusterkit.cost.rates import ADVISOR_BUCKETS
+from clusterkit.cost.rates import ADVISOR_BUCKETS, hourly_rate
 from clusterkit.cost.scenario import HAZARDS, Hazard
 from clusterkit.errors import UsageError
 from clusterkit.inventory.yamlfile import is_template
@@ -166,16 +166,11 @@ def preempt_rate(value: Any) -> str:
     """A rate per node-hour or an AWS advisor bucket; kept as text for `cost` to parse."""
     written = text(value)
     cleaned = written.replace(" ", "")
-    if cleaned not in ADVISOR_BUCKETS:
-        try:
-            rate = float(cleaned.removesuffix("/h"))
-        except ValueError:
-            rate = math.nan
-        if not (math.isfinite(rate) and rate >= 0):
-            raise Invalid(
-                f"must be a rate per node-hour or an advisor bucket "
-                f"({', '.join(ADVISOR_BUCKETS)}), got {value!r}"
-            )
+    if cleaned not in ADVISOR_BUCKETS and hourly_rate(cleaned) is None:
+        raise Invalid(
+            f"must be a rate per node-hour or an advisor bucket "
+            f"({', '.join(ADVISOR_BUCKETS)}), got {value!r}"
+        )
     return written
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from clusterkit.errors import ExternalToolError
 from clusterkit.hostlist import check_node_name
-from clusterkit.slurm.target import slurm_tool
+from clusterkit.slurm.target import run_slurm_tool
 
 REASON_PREFIX = "clusterkit:"
 REASON_LIMIT = 200  # Slurm keeps the reason in its state; a long list of ids is cut
@@ -79,22 +79,14 @@ def local_node_name(environ: Mapping[str, str]) -> str:
 
 def _scontrol(environ: Mapping[str, str], *args: str) -> str:
     """scontrol ARGS, found on and run with the run's `environ`; its stdout."""
-    tool = slurm_tool("scontrol", environ)
-    if tool is None:
-        raise ExternalToolError("--slurm-drain: scontrol not found (install the Slurm client)")
     try:
-        done = subprocess.run(
-            [tool, *args],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_SECONDS,
-            env=dict(environ),
-            check=False,
-        )
+        done = run_slurm_tool(["scontrol", *args], environ, SCONTROL_SECONDS)
     except subprocess.TimeoutExpired:
         raise ExternalToolError(
             f"--slurm-drain: scontrol {args[0]} did not answer in {SCONTROL_SECONDS:g} s"
         ) from None
+    if done is None:
+        raise ExternalToolError("--slurm-drain: scontrol not found (install the Slurm client)")
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise ExternalToolError(f"--slurm-drain: scontrol {' '.join(args[:2])} failed: {detail}")

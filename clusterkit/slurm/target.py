@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from clusterkit.errors import ConfigError, UsageError
@@ -185,23 +185,34 @@ def slurm_tool(name: str, environ: Mapping[str, str]) -> str | None:
     return shutil.which(name, path=environ.get("PATH", os.defpath))
 
 
-def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
-    tool = slurm_tool(argv[0], env)
+def run_slurm_tool(
+    argv: Sequence[str], environ: Mapping[str, str], seconds: float
+) -> subprocess.CompletedProcess[str] | None:
+    """A Slurm client tool (argv[0], found on the run's PATH) run with the run's `environ`
+    under a deadline: its output as text, its status for the caller to judge; None when it
+    is not installed. The caller words TimeoutExpired and OSError for its own flag."""
+    tool = slurm_tool(argv[0], environ)
     if tool is None:
-        raise UsageError(f"{what}: {argv[0]} not found (install the Slurm client tools)")
+        return None
+    return subprocess.run(
+        [tool, *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+        env=dict(environ),
+        check=False,
+    )
+
+
+def _slurm_command(argv: list[str], env: Mapping[str, str], what: str) -> str:
     try:
-        done = subprocess.run(
-            [tool, *argv[1:]],
-            capture_output=True,
-            text=True,
-            timeout=SLURM_SECONDS,
-            env=dict(env),
-            check=False,
-        )
+        done = run_slurm_tool(argv, env, SLURM_SECONDS)
     except subprocess.TimeoutExpired:
         raise UsageError(f"{what}: {argv[0]} did not answer in {SLURM_SECONDS:g} s") from None
     except OSError as error:
         raise UsageError(f"{what}: cannot run {argv[0]}: {error.strerror or error}") from None
+    if done is None:
+        raise UsageError(f"{what}: {argv[0]} not found (install the Slurm client tools)")
     if done.returncode != 0:
         # scontrol says "Partition x not found" on stdout, other errors on stderr.
         said = done.stderr.strip() or done.stdout.strip()

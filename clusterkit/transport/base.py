@@ -87,8 +87,9 @@ class RemoteProcess(Protocol):
 
 class PumpedProcess:
     """What SSHProcess, LocalProcess and SrunProcess share: stdin queued and written while a
-    wait runs, stdout and stderr kept (up to the cap) and stdout read up to markers. A
-    subclass moves the bytes in `_pump`."""
+    wait runs, stdout and stderr kept (up to the cap), stdout read up to markers, and the
+    end of `finish`. A subclass moves the bytes in `_pump`, and makes the result in
+    `_conclude` and frees its streams in `_release` (SrunProcess keeps its own `finish`)."""
 
     def __init__(self, host: str, cap: int) -> None:
         self.host, self._cap = host, cap
@@ -128,6 +129,26 @@ class PumpedProcess:
     @property
     def exited(self) -> bool:
         return self._exited_at is not None
+
+    def finish(self, deadline: Deadline) -> CommandResult:
+        """Close stdin, wait for the exit until `deadline`, and keep the result; idempotent.
+        The subclass makes the result (killing the group when the wait ran out) in
+        `_conclude`, and frees the process's streams in `_release`, whatever happened."""
+        if self._result is not None:
+            return self._result
+        self._closing = True
+        try:
+            self._result = self._conclude(exited=self._pump(lambda: False, deadline))
+            return self._result
+        finally:
+            self._release()
+
+    def _conclude(self, *, exited: bool) -> CommandResult:
+        """The result once the wait is over: `exited`, or stopped at the deadline."""
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        raise NotImplementedError
 
     def _keep(self, buffer: bytearray, data: bytes) -> None:
         """Keep at most the cap; past it, note the loss (the rest is still drained)."""

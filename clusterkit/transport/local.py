@@ -76,25 +76,17 @@ class LocalProcess(PumpedProcess):
         assert popen.stdin is not None
         os.set_blocking(popen.stdin.fileno(), False)
 
-    def finish(self, deadline: Deadline) -> CommandResult:
-        if self._result is not None:
-            return self._result
-        self._closing = True
-        try:
-            exited = self._pump(lambda: False, deadline)
-            if not exited:
-                _kill_group(self._popen)
-            self._result = self._outcome(timed_out=not exited)
-            return self._result
-        finally:
-            self._close()
+    def _conclude(self, *, exited: bool) -> CommandResult:
+        if not exited:
+            _kill_group(self._popen)
+        return self._outcome(timed_out=not exited)
 
     def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
         while not done():
             if self._transport._cancelled.is_set():
                 _kill_group(self._popen)
                 self._result = self._outcome(timed_out=True)
-                self._close()
+                self._release()
                 raise TransportError(self.host, "interrupted", "interrupted; command killed")
             remaining = deadline.remaining()
             if remaining <= 0:
@@ -149,7 +141,7 @@ class LocalProcess(PumpedProcess):
             duration=time.monotonic() - self._started,
         )
 
-    def _close(self) -> None:
+    def _release(self) -> None:
         self._selector.close()
         for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if stream is not None and not stream.closed:

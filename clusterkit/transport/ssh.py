@@ -402,40 +402,36 @@ class SSHProcess(PumpedProcess):
         self._transport, self._channel, self._started = transport, channel, started
         channel.setblocking(False)
 
-    def finish(self, deadline: Deadline) -> CommandResult:
-        """Close stdin, wait for the exit (killing the group at the deadline); idempotent."""
-        if self._result is not None:
-            return self._result
-        self._closing = True
-        try:
-            exited = self._pump(lambda: False, deadline)
-            pgid, stderr = split_pgid(bytes(self._err))
-            if not exited and pgid is None:
-                pgid, stderr = split_pgid(self._await_pgid())
-            if exited:
-                exit_code: int | None = self._channel.recv_exit_status()
-            else:
-                self._transport._kill_group(pgid)
-                exit_code = None
-            self._result = CommandResult(
-                self.host,
-                exit_code,
-                bytes(self._out),
-                stderr,
-                not exited,
-                self._truncated,
-                time.monotonic() - self._started,
-            )
-            log.debug(
-                "%s: exit %s after %.2f s%s",
-                self.host,
-                exit_code,
-                self._result.duration,
-                " (deadline: process group killed)" if not exited else "",
-            )
-            return self._result
-        finally:
-            self._channel.close()
+    def _conclude(self, *, exited: bool) -> CommandResult:
+        """The exit status, or at the deadline the remote process group killed."""
+        pgid, stderr = split_pgid(bytes(self._err))
+        if not exited and pgid is None:
+            pgid, stderr = split_pgid(self._await_pgid())
+        if exited:
+            exit_code: int | None = self._channel.recv_exit_status()
+        else:
+            self._transport._kill_group(pgid)
+            exit_code = None
+        result = CommandResult(
+            self.host,
+            exit_code,
+            bytes(self._out),
+            stderr,
+            not exited,
+            self._truncated,
+            time.monotonic() - self._started,
+        )
+        log.debug(
+            "%s: exit %s after %.2f s%s",
+            self.host,
+            exit_code,
+            result.duration,
+            " (deadline: process group killed)" if not exited else "",
+        )
+        return result
+
+    def _release(self) -> None:
+        self._channel.close()
 
     def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
         channel = self._channel
