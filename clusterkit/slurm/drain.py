@@ -85,6 +85,10 @@ def _scontrol(environ: Mapping[str, str], *args: str) -> str:
         raise ExternalToolError(
             f"--slurm-drain: scontrol {args[0]} did not answer in {SCONTROL_SECONDS:g} s"
         ) from None
+    except OSError as error:
+        raise ExternalToolError(
+            f"--slurm-drain: cannot run scontrol: {error.strerror or error}"
+        ) from None
     if done is None:
         raise ExternalToolError("--slurm-drain: scontrol not found (install the Slurm client)")
     if done.returncode != 0:

@@ -13,6 +13,7 @@ from clusterkit.slurm.drain import (
     decide,
     drain_reason,
     local_node_name,
+    node_state,
     parse_node_state,
 )
 
@@ -98,3 +99,13 @@ def test_the_recorded_cycle_drains_keeps_and_resumes_only_its_own() -> None:
 def test_an_unknown_node_is_a_one_line_error() -> None:
     with pytest.raises(ExternalToolError, match="does not know node 'gpu99'"):
         parse_node_state("Node gpu99 not found\n", "gpu99")
+
+
+def test_a_scontrol_that_cannot_run_is_a_one_line_error(tmp_path: Path) -> None:
+    """On the run's PATH, but it cannot be executed (here: its interpreter is missing): the
+    drain says so in one line, never a traceback."""
+    tool = tmp_path / "scontrol"
+    tool.write_text("#!/nonexistent/interpreter\n")
+    tool.chmod(0o755)
+    with pytest.raises(ExternalToolError, match=r"^--slurm-drain: cannot run scontrol: .+"):
+        node_state("node1", {"PATH": str(tmp_path)})
