@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from clusterkit.cost.rates import ADVISOR_BUCKETS, hourly_rate
+from clusterkit.cost.rates import ADVISOR_BUCKETS, parse_rate
 from clusterkit.cost.scenario import HAZARDS, Hazard
 from clusterkit.errors import UsageError
 from clusterkit.inventory.yamlfile import is_template
@@ -163,14 +163,16 @@ def number_or_off(unit: str) -> Rule:
 
 
 def preempt_rate(value: Any) -> str:
-    """A rate per node-hour or an AWS advisor bucket; kept as text for `cost` to parse."""
+    """What `--preempt-rate` takes: a rate per node-hour, a monthly share such as 5%, or an
+    AWS advisor bucket; kept as text for `cost` to parse."""
     written = text(value)
-    cleaned = written.replace(" ", "")
-    if cleaned not in ADVISOR_BUCKETS and hourly_rate(cleaned) is None:
+    try:
+        parse_rate(written)
+    except UsageError:
         raise Invalid(
-            f"must be a rate per node-hour or an advisor bucket "
-            f"({', '.join(ADVISOR_BUCKETS)}), got {value!r}"
-        )
+            f"must be a rate per node-hour, a monthly share from 0% to below 100%, or an "
+            f"advisor bucket ({', '.join(ADVISOR_BUCKETS)}), got {value!r}"
+        ) from None
     return written
 
 

@@ -222,3 +222,19 @@ def test_no_prices_names_each_known_instance_once_in_catalog_order(capsys) -> No
     instances = [entry.instance for entry in catalog.load().entries]
     assert len(instances) > len(set(instances))  # the catalog does repeat names
     assert known == list(dict.fromkeys(instances))
+
+
+def test_the_inventory_takes_a_monthly_share_as_the_flag_does(tmp_path: Path, capsys) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "all:\n  hosts:\n    node1:\n  vars:\n    clusterkit:\n      cost:\n"
+        "        instance: p4d.24xlarge\n        preempt_rate: 5%\n        hours: 48\n"
+    )
+    status, out, err = run_main([str(inventory), "--format", "json", "--trials", "0"], capsys)
+    assert status == 0, err
+    _, flag_out, _ = run_main(
+        [str(inventory), "--preempt-rate", "5%", "--format", "json", "--trials", "0"], capsys
+    )
+    inputs, flagged = json.loads(out)["inputs"], json.loads(flag_out)["inputs"]
+    assert inputs["preempt_rate_origin"] == "monthly interruption share 5%"
+    assert inputs["preempt_rate_per_node_hour"] == flagged["preempt_rate_per_node_hour"] > 0

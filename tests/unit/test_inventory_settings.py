@@ -211,6 +211,7 @@ def test_settings_resolve_with_precedence_and_must_agree(tmp_path: Path) -> None
         ("{cost: {hours: 0}}", 4, "clusterkit.cost.hours", "above 0 (hours)"),
         ("{cost: {correlation: 0.5}}", 4, "clusterkit.cost.correlation", "at least 1"),
         ("{cost: {preempt_rate: often}}", 4, "clusterkit.cost.preempt_rate", "advisor bucket"),
+        ("{cost: {preempt_rate: 150%}}", 4, "clusterkit.cost.preempt_rate", "below 100%"),
         ("{cost: {hazard: gamma}}", 4, "clusterkit.cost.hazard", "exponential, weibull:K"),
         ("{cost: {capacity_wait_mean: never}}", 4, "clusterkit.cost.capacity_wait_mean", "off"),
         ("{image_run_args: --ipc=host}", 4, "clusterkit.image_run_args", "must be a list"),
