@@ -384,18 +384,7 @@ class SrunProcess(PumpedProcess):
                 step.cond.wait(min(deadline.remaining(), 0.25))
         return True
 
-    def finish(self, deadline: Deadline) -> CommandResult:
-        if self._result is not None:
-            return self._result
-        try:
-            return self._finish(deadline)
-        finally:
-            if self._own_step:
-                self._step.session.close_step(self._step)
-
-    def _finish(self, deadline: Deadline) -> CommandResult:
-        self._closing = True
-        exited = self._pump(lambda: False, deadline)
+    def _conclude(self, *, exited: bool) -> CommandResult:
         if not exited:
             self._step.send_line("K", self.host, self._cid)
             self._pump(lambda: False, Deadline.after(KILL_SECONDS))
@@ -404,8 +393,11 @@ class SrunProcess(PumpedProcess):
         if not self._done and (why := self._gone()):
             err += f"\nsrun: {why}".encode()
             code = 255  # like ssh: the channel went away before the command said how it ended
-        self._result = self._outcome(code, err, timed_out=not exited or self._killed)
-        return self._result
+        return self._outcome(code, err, timed_out=not exited or self._killed)
+
+    def _release(self) -> None:
+        if self._own_step:
+            self._step.session.close_step(self._step)
 
     def _outcome(self, code: int | None, err: bytes, *, timed_out: bool) -> CommandResult:
         return CommandResult(
