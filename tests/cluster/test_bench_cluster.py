@@ -12,8 +12,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,6 +25,7 @@ from clusterkit.inventory.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
+from tests.support.cli import CliRun, run_cli
 from tests.support.cpushares import CpuShares
 from tests.support.netcluster import NetCluster, Node, pids_in_netns
 
@@ -99,14 +98,10 @@ def test_three_nodes_pass_and_the_table_matches_the_json(
 
 def test_impossible_threshold_fails_with_its_source(cluster: NetCluster, tmp_path: Path) -> None:
     path = _inventory(cluster, tmp_path)
-    argv = [
-        sys.executable, "-m", "clusterkit", "bench", str(path), "--backend", "gloo",
-        "--nproc-per-node", "1", "-b", "256K", "-e", "1M", "-n", "5", "--ssh-config",
-        "/dev/null", "--timeout", "120", "--format", "json",
-    ]  # fmt: skip
-    env = {**os.environ, "NCCL_TESTS_MIN_BW": "100000"}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
-    assert done.returncode == 1, done.stderr[-2000:]
+    env = {**os.environ, "NCCL_TESTS_MIN_BW": "100000"}  # in the run's environment only
+    sweep = ("-b", "256K", "-e", "1M", "-n", "5")
+    done = _bench_cli(path, "--nproc-per-node", "1", *sweep, timeout=120, env=env)
+    assert done.status == 1, done.stderr[-2000:]
     report = json.loads(done.stdout)
     busbw = next(f for f in report["findings"] if f["id"] == "bench.busbw")
     assert busbw["status"] == "fail"
@@ -123,12 +118,9 @@ def test_sweep_timeout_and_threshold_come_from_the_inventory(
     """No sweep flag: `clusterkit bench` runs clusterkit.bench, as `check`'s bench stage does."""
     settings = {**SWEEP, "maxbytes": "1M", "min_busbw": 1e6, "timeout": 120}
     path = _inventory(cluster, tmp_path, bench=settings)
-    argv = [
-        sys.executable, "-m", "clusterkit", "bench", str(path), "--backend", "gloo",
-        "--nproc-per-node", "1", "--ssh-config", "/dev/null", "--format", "json",
-    ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 1, done.stderr[-2000:]
+    argv = ["bench", str(path), "--backend", "gloo", "--nproc-per-node", "1"]
+    done = run_cli([*argv, "--ssh-config", "/dev/null", "--format", "json"], timeout=180)
+    assert done.status == 1, done.stderr[-2000:]
     result = json.loads(done.stdout)["details"]["bench"]["result"]
     assert [row["size"] for row in result["results"]] == [256 * 1024, 512 * 1024, 1024 * 1024]
     assert result["config"]["iters"] == 10
@@ -185,12 +177,13 @@ def _measuring(node: Node) -> bool:
     return sum(int(n) for n in re.findall(r"bytes_(?:acked|received):(\d+)", info)) > 2**20
 
 
-def _bench_cli(path: Path, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    argv = [
-        sys.executable, "-m", "clusterkit", "bench", str(path), "--backend", "gloo",
-        "--ssh-config", "/dev/null", "--format", "json", "--timeout", f"{timeout:g}", *flags,
-    ]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, check=False)
+def _bench_cli(
+    path: Path, *flags: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> CliRun:
+    """`clusterkit bench` in-process (gloo, JSON), bounded by `--timeout` and a minute more."""
+    argv = ["bench", str(path), "--backend", "gloo", "--ssh-config", "/dev/null"]
+    flags = ("--format", "json", "--timeout", f"{timeout:g}", *flags)
+    return run_cli([*argv, *flags], timeout=timeout + 60, env=env)
 
 
 def test_other_collectives_each_print_their_table_and_finding(
@@ -201,7 +194,7 @@ def test_other_collectives_each_print_their_table_and_finding(
         _inventory(cluster, tmp_path, bench=SWEEP),
         "--nproc-per-node", "1", "--min-busbw", "0.0001", "--collective", ",".join(collectives),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.status == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     bench = report["details"]["bench"]
     parts = bench["table"].split("# nccl-tests compatible output")[1:]
@@ -250,7 +243,7 @@ def test_per_node_names_the_throttled_node_alone(cluster: NetCluster, tmp_path: 
             share = PER_NODE_SLICE / 4 if node.name == THROTTLED else PER_NODE_SLICE
             shares.confine(node.name, pids_in_netns(node.netns), share)
         done = _bench_cli(path, "--nproc-per-node", "2", "--per-node", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]  # a node below the median warns
+    assert done.status == 0, done.stderr[-3000:]  # a node below the median warns
     report = json.loads(done.stdout)
     per_node = report["details"]["bench"]["per_node"]
     found = {f["hosts"][0]: f for f in report["findings"] if f["id"] == "bench.node-busbw"}
@@ -270,7 +263,7 @@ def test_per_node_names_the_throttled_node_alone(cluster: NetCluster, tmp_path: 
 
 def test_per_node_with_one_rank_per_node_is_refused(cluster: NetCluster, tmp_path: Path) -> None:
     done = _bench_cli(_inventory(cluster, tmp_path), "--per-node", "--nproc-per-node", "1")
-    assert done.returncode == 2
+    assert done.status == 2
     assert done.stderr.strip().splitlines() == [
         "clusterkit: error: bench --per-node: needs --nproc-per-node 2 or more, not 1 (one "
         "rank on a node alone has no bus bandwidth)"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.test_check_spine import check, finding
+from tests.cluster.test_check_spine import STATIC_ONLY, check, finding
+from tests.support.cli import run_cli
 from tests.support.netcluster import NetCluster, node_python
 
 SECRET = "nvapi-9fQ2kR7sW4tokenvalue"
@@ -125,12 +126,11 @@ def test_a_secret_in_the_node_environment_never_reaches_the_report(
     env = report["hosts"]["node1"]["facts"]["env"]
     assert env["NCCL_SOCKET_IFNAME"] == "eth0"  # the environment was read, the secret left out
     assert "NVIDIA_API_KEY" not in env
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip",
-         "network,bench,image", "--format", "json", "-o", str(written)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = run_cli(
+        ["check", str(inventory), *STATIC_ONLY, "--format", "json", "-o", str(written)],
+        timeout=120,
+    )
+    assert done.status == 0, done.stderr
     assert SECRET not in written.read_text() + done.stdout + done.stderr
     assert json.loads(written.read_text())["hosts"]["node2"]["facts"]["env"]
 

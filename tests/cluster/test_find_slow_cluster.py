@@ -26,6 +26,7 @@ from clusterkit.inventory.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
+from tests.support.cli import run_cli
 from tests.support.cpushares import CpuShares
 from tests.support.netcluster import NetCluster, NodeProcess, pids_in_netns, unavailable_reason
 
@@ -80,18 +81,16 @@ def test_the_throttled_node_is_named_and_no_healthy_one(eight: NetCluster, tmp_p
         "find_slow": True, "find_slow_bytes": "8M", "timeout": 1500, "join_timeout": 600,
     }  # fmt: skip
     inventory = eight.inventory(tmp_path / "inventory.yaml", clusterkit={"bench": bench})
-    argv = [
-        sys.executable, "-m", "clusterkit", "bench", str(inventory), "--backend", "gloo",
-        "--nproc-per-node", "1", "--ssh-config", "/dev/null", "--format", "json",
-    ]  # fmt: skip
+    argv = ["bench", str(inventory), "--backend", "gloo", "--nproc-per-node", "1"]
+    argv += ["--ssh-config", "/dev/null", "--format", "json"]
     with CpuShares(SLICE, weighted=True) as shares:
         for node in eight:  # sshd too: the SSH sessions of the run inherit the slice
             fraction = THROTTLED_SLICE if node.name == THROTTLED else SLICE
             shares.confine(node.name, pids_in_netns(node.netns), fraction)
         started = time.monotonic()
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=1600, check=False)
+        done = run_cli(argv, timeout=1600)
         seconds = time.monotonic() - started
-    assert done.returncode == 0, done.stderr[-3000:]  # a slow node warns; the gate decides
+    assert done.status == 0, done.stderr[-3000:]  # a slow node warns; the gate decides
     report = json.loads(done.stdout)
     finding = next(f for f in report["findings"] if f["id"] == "bench.slow-node")
     slow = report["details"]["bench"]["find_slow"]

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from clusterkit.provision.remedy import TAGS
+from tests.support.cli import CliRun, run_cli
 from tests.support.netcluster import NetCluster
 
 
-def check(inventory: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "clusterkit", "check", str(inventory), "--skip", "bench,image"]
-    return subprocess.run([*argv, *flags], capture_output=True, text=True, timeout=300)
+def check(inventory: Path, *flags: str) -> CliRun:
+    return run_cli(["check", str(inventory), "--skip", "bench,image", *flags], timeout=300)
 
 
 def test_fix_plan_names_the_firewall_and_nvidia_commands(
@@ -29,7 +27,7 @@ def test_fix_plan_names_the_firewall_and_nvidia_commands(
     node2.set_gpus(persistence=False)
     inventory = cluster.inventory(tmp_path / "inv.yaml", nodes=[node1, node2, node3])
     done = check(inventory, "--fix-plan")
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.status == 1, done.stdout + done.stderr
     plan = done.stdout.split("fix plan:", 1)[1].strip().splitlines()
     commands = [shlex.split(line) for line in plan]
     by_tag = {argv[argv.index("--tags") + 1]: argv for argv in commands}

@@ -21,6 +21,7 @@ from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
 from clusterkit.transport.pool import Cancellable, cancel_all, register_cancellable
+from tests.support.cli import run_cli
 from tests.support.netcluster import NetCluster
 
 STATIC_ONLY = ["--skip", "network,bench,image"]
@@ -29,6 +30,9 @@ STATIC_ONLY = ["--skip", "network,bench,image"]
 def clusterkit(
     *args: str, timeout: float = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`clusterkit ARGS` as a process of its own, with `env` over this process's variables:
+    for a run that must not see this process's HOME, which paramiko's search for default
+    keys and agent (SSH_AUTH_SOCK) read from the process, not from the run's Environment."""
     return subprocess.run(
         [sys.executable, "-m", "clusterkit", *args],
         capture_output=True, text=True, timeout=timeout, check=False,
@@ -37,11 +41,11 @@ def clusterkit(
 
 
 def check_json(inventory: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    done = clusterkit("check", str(inventory), "--format", "json", *STATIC_ONLY, *args)
+    done = run_cli(["check", str(inventory), "--format", "json", *STATIC_ONLY, *args])
     assert done.stdout, done.stderr
     report = json.loads(done.stdout)
-    assert report["exit_status"] == done.returncode
-    return done.returncode, report, done.stderr
+    assert report["exit_status"] == done.status
+    return done.status, report, done.stderr
 
 
 def errors_by_host(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -199,9 +203,9 @@ def test_bench_blames_the_node_whose_probe_hangs(cluster: NetCluster, tmp_path: 
         nodes=cluster.nodes[:3],
         host_vars={hung.name: {"ansible_python_interpreter": str(stuck_python)}},
     )
-    done = clusterkit("bench", str(inventory), "--format", "json", "--timeout", "40", timeout=120)
+    done = run_cli(["bench", str(inventory), "--format", "json", "--timeout", "40"], timeout=120)
     report = json.loads(done.stdout)
-    assert done.returncode == 3, done.stderr
+    assert done.status == 3, done.stderr
     blamed = [f for f in report["findings"] if f["status"] in ("error", "fail")]
     assert [(f["id"], f["hosts"]) for f in blamed] == [("probe.ran", [hung.name])], blamed
     assert "deadline" in blamed[0]["message"]
@@ -330,8 +334,8 @@ def test_a_node_cannot_write_escape_sequences_into_the_text_report(
     cluster: NetCluster, cluster_inventory: Path
 ) -> None:
     cluster.nodes[1].set_gpus(model="NVIDIA H100\x1b[2J\x1b[1A")  # what a hostile node reports
-    done = clusterkit("check", str(cluster_inventory), *STATIC_ONLY)  # plain text, piped
-    assert done.returncode == 1, done.stderr  # the odd model is still a parity failure
+    done = run_cli(["check", str(cluster_inventory), *STATIC_ONLY])  # plain text, no terminal
+    assert done.status == 1, done.stderr  # the odd model is still a parity failure
     assert "\x1b" not in done.stdout and "\x1b" not in done.stderr
     assert "NVIDIA H100\\x1b[2J\\x1b[1A" in done.stdout
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.netcluster import NetCluster, Node
 
 JOB = str(Path(__file__).resolve().parents[1] / "support" / "ddp_job.py")
@@ -31,11 +32,15 @@ def inventory(cluster: NetCluster, tmp_path: Path) -> Path:
     return cluster.inventory(tmp_path / "inventory.yaml", nodes=cluster.nodes[:NODES])
 
 
+def launch_args(path: Path, *options: str, job: tuple[str, ...] = ()) -> list[str]:
+    """The words after `clusterkit` of a launch of the DDP job (the bench stage skipped)."""
+    return ["launch", str(path), "--skip", "bench", *options, "--", JOB, *job]
+
+
 def launch_argv(path: Path, *options: str, job: tuple[str, ...] = ()) -> list[str]:
-    return [
-        sys.executable, "-m", "clusterkit", "launch", str(path), "--skip", "bench",
-        *options, "--", JOB, *job,
-    ]  # fmt: skip
+    """A launch as a process of its own. Not in-process: the ranks' lines go to the
+    process's stdout, not to the run's Environment (SuperviseOptions.out is not set)."""
+    return [sys.executable, "-m", "clusterkit", *launch_args(path, *options, job=job)]
 
 
 def launch(path: Path, *options: str, job: tuple[str, ...] = (), timeout: float = 300):
@@ -261,8 +266,11 @@ def test_printed_commands_run_by_hand_form_the_same_job(
     cluster: NetCluster, tmp_path: Path
 ) -> None:
     folder = tmp_path / "plan"
-    done = launch(inventory(cluster, tmp_path), "--print-dir", str(folder), job=("--steps", "2"))
-    assert done.returncode == 0, done.stderr[-2000:]
+    printing = launch_args(
+        inventory(cluster, tmp_path), "--print-dir", str(folder), job=("--steps", "2")
+    )
+    done = run_cli(printing, timeout=300)  # in-process: the plan is printed to the run's stdout
+    assert done.status == 0, done.stderr[-2000:]
     assert "### node3 (node rank 2 of 3)" in done.stdout
     wait_until_clean(cluster)  # printing starts nothing
     nodes = cluster.nodes[:NODES]
@@ -294,12 +302,11 @@ def test_a_saved_passing_report_stands_in_for_the_check(
 ) -> None:
     path = inventory(cluster, tmp_path)
     report = tmp_path / "report.json"
-    checked = subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", str(path), "--skip", "bench",
-         "--format", "json", "-o", str(report)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert checked.returncode == 0, checked.stderr[-2000:]
+    checked = run_cli(
+        ["check", str(path), "--skip", "bench", "--format", "json", "-o", str(report)],
+        timeout=300,
+    )
+    assert checked.status == 0, checked.stderr[-2000:]
     done = launch(path, "--check-report", str(report), job=("--steps", "1"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "reusing the check report" in done.stderr

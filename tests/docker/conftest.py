@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.support import docker_env
+from tests.support.cli import run_cli
 
 DOCKER_DIR = Path(__file__).parent
 REPO = DOCKER_DIR.parents[1]
@@ -32,17 +33,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.docker)
 
 
-def clusterkit(*args: str, timeout: float = 900, env: dict[str, str] | None = None):
-    """The real command line, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
+def clusterkit(
+    *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`clusterkit ARGS` run from the repository, in-process. With `env` (variables over this
+    process's) it is a process of its own: the Docker SDK reads DOCKER_CONFIG, where the
+    logins are, from the process's environment, not from the run's."""
+    if env is not None:
+        return subprocess.run(
+            [sys.executable, "-m", "clusterkit", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=REPO,
+            env={**os.environ, **env},
+        )
+    done = run_cli(args, cwd=REPO, timeout=timeout)
+    return subprocess.CompletedProcess(["clusterkit", *args], done.status, done.stdout, done.stderr)
 
 
 @pytest.fixture(scope="session")

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.support.cli import CliRun, run_cli
 from tests.support.slurmcluster import SlurmCluster
 
 
-def check(slurm: SlurmCluster, *args: str) -> subprocess.CompletedProcess[str]:
+def check(slurm: SlurmCluster, *args: str) -> CliRun:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["SLURM_CONF"] = str(slurm.conf)  # a login node: Slurm's client, no allocation
-    return subprocess.run(
-        [sys.executable, "-m", "clusterkit", "check", *args],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
+    return run_cli(["check", *args], env=env, timeout=300)
 
 
 def test_partition_nodes_are_the_ones_checked(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -35,7 +31,7 @@ def test_partition_nodes_are_the_ones_checked(slurm: SlurmCluster, tmp_path: Pat
         slurm.run(["scontrol", "delete", "PartitionName=half"], check=False)
     assert done.stdout, done.stderr
     report = json.loads(done.stdout)
-    assert done.returncode == 1
+    assert done.status == 1
     assert set(report["hosts"]) == {"node1", "node2"}
     for name, entry in report["hosts"].items():
         assert entry["facts"]["hostname"]["hostname"] == name  # really reached that node
@@ -47,7 +43,7 @@ def test_partition_nodes_are_the_ones_checked(slurm: SlurmCluster, tmp_path: Pat
 def test_unknown_partition_is_a_one_line_error(slurm: SlurmCluster, tmp_path: Path) -> None:
     inventory = slurm.net.inventory(tmp_path / "inv.yaml")
     done = check(slurm, str(inventory), "--slurm-partition", "nosuch")
-    assert done.returncode == 2
+    assert done.status == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Partition nosuch not found" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
