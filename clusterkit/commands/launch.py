@@ -245,6 +245,7 @@ def supervise_options(args: argparse.Namespace, env: Environment) -> SuperviseOp
         stacks=args.stacks,
         time_limit=args.time_limit,
         log_dir=log_dir,
+        out=env.stdout,
         note=partial(note, env),
     )
 

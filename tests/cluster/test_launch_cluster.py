@@ -38,16 +38,17 @@ def launch_args(path: Path, *options: str, job: tuple[str, ...] = ()) -> list[st
 
 
 def launch_argv(path: Path, *options: str, job: tuple[str, ...] = ()) -> list[str]:
-    """A launch as a process of its own. Not in-process: the ranks' lines go to the
-    process's stdout, not to the run's Environment (SuperviseOptions.out is not set)."""
+    """A launch as a process of its own, for the tests that signal it."""
     return [sys.executable, "-m", "clusterkit", *launch_args(path, *options, job=job)]
 
 
-def launch(path: Path, *options: str, job: tuple[str, ...] = (), timeout: float = 300):
-    return subprocess.run(
-        launch_argv(path, *options, job=job),
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+def launch(
+    path: Path, *options: str, job: tuple[str, ...] = (), timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """A launch run in-process: the ranks' `host/rank: line`s reach the run's stdout."""
+    words = launch_args(path, *options, job=job)
+    done = run_cli(words, timeout=timeout)
+    return subprocess.CompletedProcess(words, done.status, done.stdout, done.stderr)
 
 
 def communicate_all(processes: list[subprocess.Popen[str]], seconds: float) -> list[str]:
