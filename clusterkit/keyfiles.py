@@ -38,29 +38,37 @@ def file_problem(path: str) -> str | None:
     return _problem(info)
 
 
-def _problem(info: os.stat_result) -> str | None:
+def _problem(
+    info: os.stat_result, limit: int = MAX_KEY_BYTES, whose: str = "a key file's"
+) -> str | None:
     if not stat.S_ISREG(info.st_mode):
         kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a plain file")
         return f"not a regular file ({kind})"
-    if info.st_size > MAX_KEY_BYTES:
-        return f"{info.st_size} bytes, more than a key file's {MAX_KEY_BYTES}"
+    if info.st_size > limit:
+        return f"{info.st_size} bytes, more than {whose} {limit}"
     return None
 
 
 def read_key_file(path: str) -> str:
     """The text of a key file, or KeyFileProblem."""
+    return read_small_file(path, MAX_KEY_BYTES, "a key file's")
+
+
+def read_small_file(path: str, limit: int, whose: str) -> str:
+    """The text of the regular file at `path`, of at most `limit` bytes (`whose` names the
+    bound in the message), opened without blocking; KeyFileProblem saying why not."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     try:
         descriptor = os.open(path, flags)
     except OSError as error:
         raise KeyFileProblem(error.strerror or str(error)) from None
     try:
-        problem = _problem(os.fstat(descriptor))
+        problem = _problem(os.fstat(descriptor), limit, whose)
         if problem:
             raise KeyFileProblem(problem)
         data = b""
-        while len(data) <= MAX_KEY_BYTES:
-            chunk = os.read(descriptor, MAX_KEY_BYTES + 1 - len(data))
+        while len(data) <= limit:
+            chunk = os.read(descriptor, limit + 1 - len(data))
             if not chunk:
                 break
             data += chunk
@@ -68,6 +76,6 @@ def read_key_file(path: str) -> str:
         raise KeyFileProblem(error.strerror or str(error)) from None
     finally:
         os.close(descriptor)
-    if len(data) > MAX_KEY_BYTES:
-        raise KeyFileProblem(f"more than a key file's {MAX_KEY_BYTES} bytes")
+    if len(data) > limit:
+        raise KeyFileProblem(f"more than {whose} {limit} bytes")
     return data.decode("utf-8", "replace")

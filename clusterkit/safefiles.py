@@ -15,8 +15,16 @@ choosing. So here:
 - in a folder others can write to (sticky), an existing file of the same name must be ours.
 
 `PrivateFolder.write` is an atomic write: the old file stays whole until the new one is
-complete. (`-o` reports, which may go to a FIFO or a shared artifacts folder, are written by
-clusterkit.report.write_whole instead.)
+complete.
+
+`write_file` is how every other file clusterkit writes on the control side is written (`-o`,
+`--check-output`, `--trace`, `-J`, `--exclude-file`, locks, catalogs, plots): its folder is
+checked as above (never made), the name's entry is looked at with lstat before anything is
+opened, and the file is then written by `PrivateFolder.write`. A symlink there is followed only
+when it is ours or root's (`/dev/stdout`), and its target is checked the same way; another
+user's link, file, FIFO or device is refused. A FIFO or character device of ours (a pipe, a
+terminal, /dev/null) is written as a stream, opened with O_NONBLOCK: a FIFO no one reads is an
+error at once, never a hang.
 """
 
 from __future__ import annotations
@@ -34,6 +42,15 @@ from typing import TextIO
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_TRIES = 5
+_STREAM = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_MAX_LINKS = 8  # links followed from one path (the kernel allows 40)
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 class UnsafePathError(OSError):
@@ -120,9 +137,10 @@ class PrivateFolder:
         """The path `name` has in this folder (checked to stay in it)."""
         return safe_child(self.path, name)
 
-    def write(self, name: str, data: str | bytes, mode: int = 0o600) -> Path:
+    def write(self, name: str, data: str | bytes, mode: int | None = 0o600) -> Path:
         """Write `name` whole, with `mode`: a new file renamed over any old one, so a reader
-        sees the old file or the new one, never a part, and a planted link is replaced."""
+        sees the old file or the new one, never a part, and a planted link is replaced.
+        `mode` None: the old file's mode, else 0666 less the umask, as `open` gives."""
         payload = data.encode("utf-8") if isinstance(data, str) else data
         temp, fd = self._new_temp(name, mode)
         try:
@@ -147,17 +165,31 @@ class PrivateFolder:
             raise
         return open(fd, "w", encoding=encoding, closefd=True)
 
-    def _new_temp(self, name: str, mode: int) -> tuple[str, int]:
+    def lstat(self, name: str) -> os.stat_result | None:
+        """What `name` is in this folder (a link itself, not its target), or None."""
+        self.child(name)
+        try:
+            return os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def _new_temp(self, name: str, mode: int | None) -> tuple[str, int]:
         """A new file under a random name (never an existing entry, never through a link)."""
         self.child(name)
         self._check_existing(name)
+        if mode is None:
+            old = self.lstat(name)
+            mode = stat.S_IMODE(old.st_mode) if old and stat.S_ISREG(old.st_mode) else None
         for _ in range(_TEMP_TRIES):
             temp = f".clusterkit-{secrets.token_hex(8)}.tmp"
             try:
-                fd = os.open(temp, _NEW_FILE, mode & 0o700, dir_fd=self._fd)
+                fd = os.open(
+                    temp, _NEW_FILE, 0o666 if mode is None else mode & 0o700, dir_fd=self._fd
+                )
             except FileExistsError:
                 continue
-            os.fchmod(fd, mode)
+            if mode is not None:
+                os.fchmod(fd, mode)
             return temp, fd
         raise UnsafePathError(self.path, "no temporary name was free (is someone racing us?)")
 
@@ -178,6 +210,113 @@ class PrivateFolder:
                 self.child(name),
                 f"exists and belongs to {_user(found.st_uid)}, in a folder others can write to",
             )
+
+
+def write_file(path: str | os.PathLike[str], data: str | bytes, mode: int | None = None) -> None:
+    """Write the file at `path` whole (see the module's docstring): never through another
+    user's link, never over another user's file, never blocked by a FIFO. `mode` None: the old
+    file's mode, or 0666 less the umask for a new one. UnsafePathError or OSError naming the
+    path when it cannot be written."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    folder, name, found = _place(path)
+    with folder:
+        if found is not None and _is_stream(found):
+            _write_stream(folder, name, payload)
+        else:
+            folder.write(name, payload, mode)
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise what `write_file(path, ...)` would, before any work is done, changing nothing:
+    the folder and the entry are checked, and a file is made and removed beside it (a FIFO or
+    device is not opened: a reader may come later)."""
+    folder, name, found = _place(path)
+    with folder:
+        if found is None or not _is_stream(found):
+            temp, fd = folder._new_temp(name, 0o600)
+            os.close(fd)
+            os.unlink(temp, dir_fd=folder._fd)
+
+
+def why(error: OSError, path: str | os.PathLike[str]) -> str:
+    """An OSError about `path` in a few words, naming the other path it is about, if any."""
+    reason = error.strerror or str(error)
+    other = error.filename
+    if other is not None and os.fspath(other) not in (os.fspath(path), os.path.abspath(path)):
+        return f"{os.fspath(other)}: {reason}"
+    return reason
+
+
+def _place(
+    path: str | os.PathLike[str], links: int = 0
+) -> tuple[PrivateFolder, str, os.stat_result | None]:
+    """The checked folder (held open) and name a write to `path` goes to, and what is there
+    now: a link of ours or root's is followed (its target checked again), one to a FIFO or
+    device kept as the stream to write to; anything else that is no file of ours is refused."""
+    given = Path(os.path.abspath(path))
+    if os.fspath(path).endswith("/") or given == given.parent:
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", os.fspath(path))
+    folder = PrivateFolder.open(given.parent, create=False)
+    try:
+        found = folder.lstat(given.name)
+        if found is None or not stat.S_ISLNK(found.st_mode):
+            _check_entry(folder, given, found)
+            return folder, given.name, found
+        if not _trusted(found.st_uid):
+            raise UnsafePathError(given, f"is a symlink of {_user(found.st_uid)}")
+        target = _followed(given)
+        if target is not None and _is_stream(target):
+            return folder, given.name, target
+        if links >= _MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
+        link = os.readlink(given.name, dir_fd=folder._fd)
+    except BaseException:
+        folder.close()
+        raise
+    folder.close()
+    return _place(folder.path / link, links + 1)
+
+
+def _check_entry(folder: PrivateFolder, path: Path, found: os.stat_result | None) -> None:
+    """A regular file (another user's only where none but us can add entries), or a FIFO or
+    character device of ours or root's; nothing else."""
+    if found is None or stat.S_ISREG(found.st_mode):
+        folder._check_existing(path.name)
+        return
+    kind = _KINDS.get(stat.S_IFMT(found.st_mode), "not a regular file")
+    if not _is_stream(found):
+        raise UnsafePathError(path, f"is {kind}, not a file")
+    if not _trusted(found.st_uid):
+        raise UnsafePathError(path, f"is {kind} of {_user(found.st_uid)}")
+
+
+def _followed(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _is_stream(info: os.stat_result) -> bool:
+    return stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)
+
+
+def _write_stream(folder: PrivateFolder, name: str, data: bytes) -> None:
+    """Write to the FIFO or device `name` (or our link to one), opened without blocking: a
+    FIFO no process reads is an error now, not a wait for a reader that never comes."""
+    try:
+        fd = os.open(name, _STREAM, dir_fd=folder._fd)
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            raise UnsafePathError(
+                folder.child(name), "is a FIFO that no process is reading: nothing was written"
+            ) from None
+        raise
+    with open(fd, "wb", closefd=True) as handle:
+        if not _is_stream(os.fstat(fd)):
+            raise UnsafePathError(folder.child(name), "changed while it was being opened")
+        os.set_blocking(fd, True)
+        handle.write(data)
 
 
 def write_synced(fd: int, data: bytes, mode: int | None = None) -> None:

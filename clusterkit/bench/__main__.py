@@ -17,6 +17,7 @@ from clusterkit.bench.nccltests import format_table
 from clusterkit.bench.results import BenchResult, MalformedResult, parse_result
 from clusterkit.facts import GpuDevice, HostFacts
 from clusterkit.node import bench_worker as worker
+from clusterkit.safefiles import write_file
 
 
 def _local_facts(result: BenchResult) -> dict[str, HostFacts]:
@@ -55,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(format_table(result))
     output = worker.build_parser().parse_known_args(rest)[0].output_file
     if output:
-        with open(output, "w") as handle:
-            json.dump(result, handle, indent=1)
+        write_file(output, json.dumps(result, indent=1))
     hosts = sorted({d["host"] for d in result["devices"]})
     findings = [gate.busbw_finding(verdict, hosts), gate.correctness_finding(result, hosts)]
     slow = gate.slow_rank_finding(result, gate_size)

@@ -130,7 +130,10 @@ def _read_frame(report: NodeReport, stdout: bytes) -> None:
     neither (no frame at all: a node without rank 0, or one that died first)."""
     try:
         frame = parse_frame(framing.decode(stdout))
-    except framing.FrameError:
+    except framing.NoFrame:
+        return
+    except framing.FrameError as error:  # begun but cut short, or not JSON: no result
+        report.malformed = str(error)
         return
     except MalformedResult as error:
         report.malformed = str(error)
@@ -228,33 +231,7 @@ def failure_findings(
     """No result: name the node (and rank) that failed first, and those that never joined."""
     if no_torch := torch_missing(runs):
         return [no_torch_finding(no_torch, [run.host for run in runs if run.killed])]
-    culprits: list[tuple[int, float, str, str]] = []  # (priority, ended, host, message)
-    for run in runs:
-        report = reports[run.host]
-        if run.killed:
-            continue
-        ended = run.ended_at or float("inf")
-        if run.error is not None:
-            culprits.append((0, ended, run.host, f"{run.host} dropped out: {run.error.detail}"))
-        elif run.result is not None and run.result.timed_out:
-            message = f"{run.host} did not finish before the deadline"
-            culprits.append((4, ended, run.host, message))
-        elif run.result is not None and run.result.exit_code != 0:
-            died = [c for c in report.root_causes if c[1] < 0]
-            if died:
-                rank, code, name = died[0]
-                # Killed from outside (SIGKILL, OOM killer, SIGTERM) comes before a crash such
-                # as gloo's abort, which is usually the consequence of losing a peer.
-                priority = 1 if -code in _EXTERNAL_SIGNALS else 2
-                message = f"rank {rank} on {run.host} died (signal {-code} {name})".strip()
-                culprits.append((priority, ended, run.host, message))
-            else:
-                detail = _last_error(report, run)
-                message = f"{run.host} failed (exit {run.result.exit_code}): {detail}"
-                culprits.append((3, ended, run.host, message))
-        elif report.malformed:
-            message = f"{run.host} sent a malformed result: {report.malformed}"
-            culprits.append((3, ended, run.host, message))
+    culprits = [c for run in runs if (c := _culprit(run, reports[run.host])) is not None]
     culprits.sort()
     findings: list[Finding] = []
     stopped = [run.host for run in runs if run.killed]
@@ -287,6 +264,8 @@ def failure_findings(
             )
         )
     never = [run.host for run in runs if not reports[run.host].joined]
+    if not findings and not never:  # every node ended well, yet no result: never a pass
+        findings.append(_no_result_finding(runs))
     if never:
         everyone = len(never) == len(runs)
         findings.append(
@@ -303,6 +282,61 @@ def failure_findings(
             )
         )
     return findings
+
+
+def _culprit(run: NodeRun, report: NodeReport) -> tuple[int, float, str, str] | None:
+    """(priority, ended, host, message) when this node failed; None when it did not or when
+    clusterkit stopped it. Node rank 0 runs rank 0, which must print a whole result: ending
+    without one (a frame cut short, an error report, nothing), even with exit 0, fails it."""
+    if run.killed:
+        return None
+    ended = run.ended_at or float("inf")
+    if run.error is not None:
+        return (0, ended, run.host, f"{run.host} dropped out: {run.error.detail}")
+    if run.result is None:
+        return None
+    if run.result.timed_out:
+        return (4, ended, run.host, f"{run.host} did not finish before the deadline")
+    if run.result.exit_code != 0:
+        died = [c for c in report.root_causes if c[1] < 0]
+        if not died:
+            detail = _last_error(report, run)
+            return (
+                3,
+                ended,
+                run.host,
+                f"{run.host} failed (exit {run.result.exit_code}): {detail}",
+            )
+        rank, code, name = died[0]
+        # Killed from outside (SIGKILL, OOM killer, SIGTERM) comes before a crash such
+        # as gloo's abort, which is usually the consequence of losing a peer.
+        priority = 1 if -code in _EXTERNAL_SIGNALS else 2
+        return (
+            priority,
+            ended,
+            run.host,
+            f"rank {rank} on {run.host} died (signal {-code} {name})".strip(),
+        )
+    if report.malformed:
+        return (3, ended, run.host, f"{run.host} sent a malformed result: {report.malformed}")
+    if run.node_rank == 0 and report.result is None:
+        said = f": {report.failure['message'][:300]}" if report.failure else ""
+        message = f"{run.host} ran rank 0 and exited 0 without printing a result{said}"
+        return (3, ended, run.host, message)
+    return None
+
+
+def _no_result_finding(runs: list[NodeRun]) -> Finding:
+    """No result, and no node that failed or was stopped: still a failure, never a pass."""
+    first = runs[0].host if runs else "(no node)"
+    return Finding(
+        "bench.rank-failed",
+        Status.FAIL,
+        f"no result came back from rank 0 on {first}, and no node said why",
+        hosts=[first] if runs else [],
+        stage=STAGE,
+        remedy=f"look at {first}: its torchrun output in the JSON report",
+    )
 
 
 def torch_missing(runs: list[NodeRun]) -> dict[str, str]:

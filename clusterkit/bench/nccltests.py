@@ -14,6 +14,7 @@ from typing import Any
 
 from clusterkit.bench.results import BenchResult, CollectiveResult
 from clusterkit.node import bench_worker
+from clusterkit.safefiles import write_file
 
 __all__ = ["TableError", "format_table", "format_tables", "parse_json", "parse_table", "write_json"]
 
@@ -133,4 +134,4 @@ def parse_json(text: str) -> dict[str, Any]:
 
 
 def write_json(result: dict[str, Any], path: str | Path) -> None:
-    Path(path).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    write_file(path, json.dumps(result, indent=1, default=str) + "\n")

@@ -8,7 +8,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 from clusterkit.cost import catalog as price_catalog
@@ -20,6 +19,7 @@ from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import CostSettings
 from clusterkit.report.terminal import wants_color
+from clusterkit.safefiles import why, write_file
 from clusterkit.status import ExitStatus
 from clusterkit.words import counted
 
@@ -389,6 +389,8 @@ def _write(result: Estimate, args: argparse.Namespace, env: Environment) -> None
         env.stdout.write(text)
         return
     try:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_file(args.output, text)
     except OSError as error:
-        raise UsageError(f"--output {args.output}: cannot write: {error.strerror}") from None
+        raise UsageError(
+            f"--output {args.output}: cannot write: {why(error, args.output)}"
+        ) from None

@@ -11,10 +11,11 @@ from pathlib import Path
 from rich.console import Console
 
 from clusterkit.environment import Environment
-from clusterkit.errors import ConfigError
+from clusterkit.errors import ConfigError, UsageError
 from clusterkit.image import lock as lockmod
 from clusterkit.image.render import drifted, write_rendered
 from clusterkit.image.spec import ImageSpec, find_specs, load_spec
+from clusterkit.safefiles import why, write_file
 from clusterkit.status import ExitStatus
 
 
@@ -53,7 +54,7 @@ def _lock(args: argparse.Namespace, env: Environment) -> ExitStatus:
         digest, source = lockmod.resolve_base(spec, registry_digest, offline=args.offline)
         lock = lockmod.build_lock(spec, digest, source, lockmod.resolve_packages(spec))
         lockmod.fill_wheelhouse(spec, lock)
-        spec.lock_path.write_text(lockmod.dumps(lock))
+        write_file(spec.lock_path, lockmod.dumps(lock))
         torch = lock["torch"]
         out.print(
             f"{spec.lock_path}: {len(lock['packages'])} packages, torch {torch['version']}, "
@@ -153,7 +154,12 @@ def _push(args: argparse.Namespace, env: Environment) -> ExitStatus:
     out.print(f"{repository}@{digest}", markup=False)
     if args.digest_file:
         record = {"image": f"{repository}@{digest}", "digest": digest, "tags": references}
-        Path(args.digest_file).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+        try:
+            write_file(args.digest_file, text)
+        except OSError as error:
+            flag = f"--digest-file {args.digest_file}"
+            raise UsageError(f"{flag}: cannot write: {why(error, args.digest_file)}") from None
     return ExitStatus.PASSED
 
 

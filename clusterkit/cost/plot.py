@@ -3,6 +3,7 @@ with the break-even point and the user's rate marked. matplotlib is imported onl
 
 from __future__ import annotations
 
+import io
 import math
 from typing import Any
 
@@ -12,6 +13,7 @@ from clusterkit.cost import analytic, simulate
 from clusterkit.cost.estimate import Estimate
 from clusterkit.cost.scenario import Scenario
 from clusterkit.errors import UsageError
+from clusterkit.safefiles import why, write_file
 from clusterkit.words import counted
 
 SPOT_COLOR, DEMAND_COLOR, MARK_COLOR = "#1f77b4", "#d62728", "#444444"
@@ -74,10 +76,12 @@ def write_png(result: Estimate, path: str) -> None:
     from matplotlib import pyplot
 
     figure = draw(result)
+    image = io.BytesIO()
     try:
-        figure.savefig(path, dpi=130)
+        figure.savefig(image, format="png", dpi=130)
+        write_file(path, image.getvalue())
     except OSError as error:
-        raise UsageError(f"--plot {path}: cannot write: {error.strerror or error}") from None
+        raise UsageError(f"--plot {path}: cannot write: {why(error, path)}") from None
     finally:
         pyplot.close(figure)
 

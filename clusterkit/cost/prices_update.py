@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 from clusterkit.cost import catalog as price_catalog
 from clusterkit.cost.fetch import MAX_OFFER_BYTES, Fetcher, Unreachable, check_link, url_problem
 from clusterkit.errors import UsageError
+from clusterkit.safefiles import why, write_file
 
 __all__ = ["Endpoints", "Fetcher", "Merged", "Quote", "Unreachable", "merge"]
 
@@ -462,14 +462,6 @@ def write_document(
         raise UsageError(f"--output {output}: not written: {error}") from None
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, partial = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+        write_file(output, text, 0o644)
     except OSError as error:
-        raise UsageError(f"--output {output}: cannot write: {error.strerror or error}") from None
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(partial, 0o644)
-        os.replace(partial, output)
-    except OSError as error:
-        Path(partial).unlink(missing_ok=True)
-        raise UsageError(f"--output {output}: cannot write: {error.strerror or error}") from None
+        raise UsageError(f"--output {output}: cannot write: {why(error, output)}") from None

@@ -24,6 +24,7 @@ from clusterkit.image.spec import (
     REQUIREMENTS_FILE,
     ImageSpec,
 )
+from clusterkit.safefiles import write_file
 
 LABEL_PREFIX = "io.clusterkit."
 SPEC_HASH_LABEL = LABEL_PREFIX + "spec-hash"
@@ -288,6 +289,6 @@ def write_rendered(spec: ImageSpec, lock: dict[str, Any]) -> list[Path]:
     for name, text in rendered_files(spec, lock).items():
         path = spec.directory / name
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            write_file(path, text)
             written.append(path)
     return written

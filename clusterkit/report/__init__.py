@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
-import os
-import secrets
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -18,7 +14,7 @@ from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
 from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain, render_rich
-from clusterkit.safefiles import write_synced
+from clusterkit.safefiles import check_writable, why, write_file
 
 if TYPE_CHECKING:
     from clusterkit.environment import Environment
@@ -27,21 +23,12 @@ __all__ = ["Report", "emit", "ensure_writable", "verdict_status"]
 
 
 def ensure_writable(path: str, flag: str) -> None:
-    """Refuse an output file that cannot be written before any work starts: open it for
-    appending (which changes nothing) and remove it again if it did not exist."""
-    target = Path(path)
-    if target.exists() and not (target.is_file() or target.is_dir()):
-        return  # a FIFO or device (/dev/stdout): opening it could block, trust it
-    existed = target.exists()
+    """Refuse an output file that cannot be written before any work starts, as `write_whole`
+    would refuse it, changing nothing (clusterkit/safefiles.py: check_writable)."""
     try:
-        with target.open("a"):
-            pass
+        check_writable(path)
     except OSError as error:
-        raise UsageError(
-            f"{flag} {path}: cannot write the report: {error.strerror or error}"
-        ) from None
-    if not existed:
-        target.unlink(missing_ok=True)
+        raise UsageError(f"{flag} {path}: cannot write the report: {why(error, path)}") from None
 
 
 def emit(
@@ -67,8 +54,8 @@ def emit(
             write_whole(output, text.encode())
         except OSError as error:
             raise UsageError(
-                f"{output}: cannot write the report: {error.strerror or error}"
-                + ("; the previous report is left as it was" if Path(output).exists() else "")
+                f"{output}: cannot write the report: {why(error, output)}"
+                + ("; the previous report is left as it was" if Path(output).is_file() else "")
             ) from None
         if fmt != "text":  # still give the person at the terminal the verdict
             render_plain_summary(report, env.stderr)
@@ -86,29 +73,9 @@ def emit(
 
 def write_whole(path: str, data: bytes) -> None:
     """The whole of `data` at `path`, or nothing changed: a full disk must not leave an empty
-    or cut report where a good one was. Written to a new file beside it (O_EXCL, the mode an
-    existing report has, else 0666 less the umask as `open` gives), flushed to disk, then
-    renamed over it. A FIFO or device (/dev/stdout) is written directly; a symlink's target
-    is the file replaced."""
-    real = os.path.realpath(path)
-    if os.path.exists(real) and not os.path.isfile(real):
-        with open(real, "wb") as stream:
-            stream.write(data)
-        return
-    folder, name = os.path.split(real)
-    temp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-    try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        mode = None
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    try:
-        write_synced(fd, data, mode)
-        os.replace(temp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    or cut report where a good one was, and a link or file another user planted at `path` is
+    refused, never written through (clusterkit/safefiles.py: write_file)."""
+    write_file(path, data)
 
 
 def redacted(report: Report) -> Report:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from clusterkit.checks.model import Status
 from clusterkit.errors import UsageError
 from clusterkit.report import Report
+from clusterkit.safefiles import why, write_file
 from clusterkit.slurm.allocation import open_srun_session
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmTarget
@@ -73,6 +73,6 @@ def write_exclude_file(path: str, report: Report, hosts: Sequence[str]) -> None:
     """The failing nodes, comma-separated, for `sbatch --exclude=` (empty on a pass)."""
     names = failing_hosts(report, hosts) if report.exit_status != 0 else []
     try:
-        Path(path).write_text(",".join(names) + ("\n" if names else ""))
+        write_file(path, ",".join(names) + ("\n" if names else ""))
     except OSError as error:
-        raise UsageError(f"{path}: cannot write the exclude list: {error.strerror}") from None
+        raise UsageError(f"{path}: cannot write the exclude list: {why(error, path)}") from None

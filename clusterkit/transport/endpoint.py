@@ -15,7 +15,6 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 import paramiko
@@ -23,9 +22,12 @@ import paramiko
 from clusterkit.errors import TransportError, UsageError
 from clusterkit.inventory.model import Host
 from clusterkit.inventory.names import hostname_problem, username_problem
+from clusterkit.keyfiles import KeyFileProblem, read_small_file
 from clusterkit.transport.hostkeys import DEFAULT_KNOWN_HOSTS, policy_from_openssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
+# The largest SSH config read: real ones are a few KiB; this bounds a /dev/zero-like file.
+MAX_SSH_CONFIG_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -87,16 +89,25 @@ def expand_home(path: str, environ: Mapping[str, str] | None = None) -> str:
 def load_ssh_config(
     path: str | None, environ: Mapping[str, str] | None = None
 ) -> paramiko.SSHConfig:
-    """Read the OpenSSH client config; a missing default file is an empty config."""
+    """Read the OpenSSH client config; a missing default file is an empty config, and so is
+    /dev/null (`-F /dev/null`). Anything else must be a regular file, read without blocking:
+    a FIFO or device is one line and exit 2, never a wait (clusterkit/keyfiles.py)."""
     if path is None:
-        default = Path(expand_home("~/.ssh/config", environ))
-        if not default.is_file():
+        default = expand_home("~/.ssh/config", environ)
+        if not os.path.exists(default):
             return _SSHConfig()
-        return _SSHConfig.from_path(str(default))
+        return _read_ssh_config(default, default)
+    return _read_ssh_config(expand_home(path, environ), path)
+
+
+def _read_ssh_config(path: str, shown: str) -> paramiko.SSHConfig:
+    if os.path.realpath(path) == os.devnull:
+        return _SSHConfig()
     try:
-        return _SSHConfig.from_path(expand_home(path, environ))
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read SSH config: {error.strerror}") from None
+        text = read_small_file(path, MAX_SSH_CONFIG_BYTES, "an SSH config's")
+    except KeyFileProblem as problem:
+        raise UsageError(f"{shown}: cannot read SSH config: {problem}") from None
+    return _SSHConfig.from_text(text)
 
 
 def _split_user_host_port(spec: str) -> tuple[str | None, str, int | None]:
