@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Literal, TypedDict, TypeVar, Union, cast, get_args, get_origin
 
-PROBE_VERSION = 1  # clusterkit/node/collector.py sends the same
+PROBE_VERSION = 2  # clusterkit/node/collector.py sends the same
 
 
 class SystemFacts(TypedDict, total=False):
@@ -74,6 +74,14 @@ GpuDevice = TypedDict(
         "clocks_event_reasons.active": str | None,
         "temperature.gpu": str | None,
         "temperature.memory": str | None,
+        "temperature.gpu.tlimit": str | None,
+        "ecc.errors.corrected.volatile.sram": str | None,
+        "ecc.errors.corrected.aggregate.sram": str | None,
+        "ecc.errors.uncorrected.aggregate.sram": str | None,
+        "vbios_version": str | None,
+        "inforom.img": str | None,
+        "reset_status.reset_required": str | None,
+        "reset_status.drain_and_reset_recommended": str | None,
         # sysfs AER counters by the kernel's names; None where the kernel keeps none
         "pcie.aer_correctable": dict[str, int] | None,
     },
@@ -248,6 +256,29 @@ class KernelEvent(TypedDict, total=False):
     name: str | None
     text: str
     time: str | None
+    fatal: bool | None  # the severity the line names (NVLink5 Xids 144-150, SXid records)
+    at: int  # where in the log read it starts: orders events and the driver's load
+
+
+class DriverLoad(TypedDict, total=False):
+    """The driver's last load: events before `at` were seen by a driver since reloaded."""
+
+    at: int
+    time: str | None
+    count: int
+
+
+class HostEvent(TypedDict, total=False):
+    """A host fault the kernel logged: a machine check, an uncorrected memory error, a
+    filesystem error or read-only remount."""
+
+    kind: Literal["mce", "edac", "fs"]
+    what: Literal["corrected", "logged", "uncorrected", "error", "read-only", "shutdown"]
+    device: str | None  # the MCE bank, the EDAC memory controller (MC0), the block device
+    count: int
+    text: str
+    time: str | None
+    at: int
 
 
 class OomKill(TypedDict, total=False):
@@ -260,7 +291,50 @@ class KernelLogFacts(TypedDict, total=False):
     events: list[KernelEvent]
     matched: int
     oom_kills: list[OomKill]
+    driver_load: DriverLoad | None
+    host_events: list[HostEvent]
+    host_matched: int
     source: str
+    error: str
+
+
+class NvmeDevice(TypedDict, total=False):
+    """One NVMe controller's SMART health (`nvme smart-log -o json`); a count is None where
+    nvme-cli printed none, `error` where the log could not be read."""
+
+    name: str  # nvmeN, checked on the node
+    model: str | None
+    serial: str | None
+    critical_warning: int | None
+    media_errors: int | None
+    percent_used: int | None
+    avail_spare: int | None
+    spare_thresh: int | None
+    num_err_log_entries: int | None
+    error: str
+
+
+class NvmeFacts(TypedDict, total=False):
+    devices: list[NvmeDevice]
+    count: int  # controllers listed (devices holds at most the first 16)
+    reason: str  # why none were read (nvme-cli not installed)
+    error: str
+
+
+class StuckProcess(TypedDict, total=False):
+    pid: int
+    name: str
+    wchan: str | None  # the kernel function it waits in, where readable
+    age_seconds: int
+
+
+class DstateFacts(TypedDict, total=False):
+    """Processes stuck in uninterruptible sleep (collector.collect_dstate says when one
+    counts)."""
+
+    processes: list[StuckProcess]
+    count: int
+    scanned: int
     error: str
 
 
@@ -302,6 +376,8 @@ class HostFacts(TypedDict, total=False):
     memory: MemoryFacts
     kernel_log: KernelLogFacts | None  # None: not read (gpu_health off)
     torch: TorchFacts
+    nvme: NvmeFacts
+    dstate: DstateFacts
 
 
 FactsByHost = Mapping[str, HostFacts]

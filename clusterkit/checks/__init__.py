@@ -18,8 +18,12 @@ from clusterkit.checks.health import (
     gpu_presence_findings,
     memory_findings,
 )
+from clusterkit.checks.host_health import host_health_findings
+from clusterkit.checks.hostlog import host_log_findings
+from clusterkit.checks.links import ib_expect_findings
 from clusterkit.checks.model import Finding, Fix, Status, with_command
-from clusterkit.checks.parity import Facts, parity_findings
+from clusterkit.checks.parity import Facts, firmware_parity_findings, parity_findings
+from clusterkit.checks.recovery import recovery_findings
 from clusterkit.checks.stack import driver_cuda_findings, expectation_findings, torch_findings
 from clusterkit.checks.xid import xid_findings
 from clusterkit.inventory.model import Expectations
@@ -39,6 +43,7 @@ def static_findings(
     shows its provisioning command (for `inventory_path`) as the remedy."""
     checks: list[Callable[[], list[Finding]]] = [
         lambda: parity_findings(facts),
+        lambda: firmware_parity_findings(facts),
         lambda: expectation_findings(facts, expect),
         lambda: torch_findings(facts, machine_only=machine_only),
         lambda: driver_cuda_findings(facts),
@@ -46,6 +51,10 @@ def static_findings(
         lambda: gpu_health_findings(facts),
         lambda: gpu_presence_findings(facts, expect),
         lambda: xid_findings(facts),
+        lambda: host_log_findings(facts),
+        lambda: recovery_findings(facts),
+        lambda: host_health_findings(facts),
+        lambda: ib_expect_findings(facts, expect),
         lambda: busy_findings(facts, busy_mib),
         lambda: memory_findings(facts),
         lambda: visibility_findings(facts, expect),

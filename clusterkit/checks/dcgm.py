@@ -7,6 +7,10 @@ a list of "info" lines and a "metadata" block with the version. Both nest the te
 test_categories > tests > results, each result with a status (Pass, Fail, Warn, Skip) and
 "warnings" entries that say why; from 3.1 on an entry also carries DCGM's error_severity, which
 picks the action the finding recommends (a configuration fix is not an RMA).
+
+Read strictly: only a Pass counts as tested and passed. A node where every test was skipped
+tested nothing (a warning, never "every test passed"), and a status DCGM does not give, or an
+entry that is no result at all, is an error: node text that cannot be read is no verdict.
 """
 
 from __future__ import annotations
@@ -31,9 +35,19 @@ HOSTENGINE_REMEDY = (
     "(or run `nv-hostengine`), then check again"
 )
 SEVERITY = {"fail": Status.FAIL, "warn": Status.WARN}
+# Every status dcgmi writes (3.x Pass/Skip/Fail; 4.x adds Warn and Not Run), lower case; any
+# other text, or none, is an unreadable result.
+KNOWN_STATUSES = ("pass", "fail", "warn", "skip", "not run")
+UNTESTED = ("skip", "not run")
+UNREADABLE = "unreadable"  # the status given to an entry that is no result object
 GENERAL_REMEDY = (
     "drain the node and run `dcgmi diag -r 3` on it; a GPU that keeps failing "
     "needs a reset (`nvidia-smi -r -i N`), a reboot or an RMA as DCGM's text says"
+)
+UNTESTED_REMEDY = (
+    "find why DCGM skipped its tests (`dcgmi diag -r N -v` names the reason: a GPU model it "
+    "does not allow a plugin on, a busy GPU, a missing CUDA library) and run it again; "
+    'allow a gated plugin with `-p "PLUGIN.is_allowed=true"`'
 )
 # What to do per DCGM error severity (dcgmErrorSeverity_t in dcgmlib/dcgm_errors.h, listed in
 # NVIDIA's "Diagnostic Errors" reference): 1 monitor, 2 isolate, 3 unknown, 4 triage,
@@ -85,15 +99,11 @@ def parse_diag(stdout: str) -> NodeDiag:
     if not isinstance(document, dict):
         return _unparsed(stdout)
     top = document.get("DCGM Diagnostic") or document.get("DCGM GPU Diagnostic") or {}
+    top = top if isinstance(top, dict) else {}
     metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
-    version = (metadata or {}).get("version") or (top.get("version") if top else None)
-    results = [
-        result
-        for category in _list(top.get("test_categories") if isinstance(top, dict) else None)
-        for test in _list(category.get("tests") if isinstance(category, dict) else None)
-        for result in _test_results(test)
-    ]
-    runtime_error = top.get("runtime_error") if isinstance(top, dict) else None
+    version = (metadata or {}).get("version") or top.get("version")
+    results = _all_results(top.get("test_categories"))
+    runtime_error = top.get("runtime_error")
     diag = NodeDiag(results, str(version) if version else None)
     if runtime_error:
         diag.problem = f"DCGM runtime error: {_clean(runtime_error)}"
@@ -113,18 +123,44 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _test_results(test: Any) -> list[TestResult]:
-    if not isinstance(test, dict):
+def _all_results(categories: Any) -> list[TestResult]:
+    """Every result of test_categories > tests > results. A level that is not the shape DCGM
+    writes (a category or test that is no object, a list that is no list) becomes an
+    UNREADABLE result: never dropped, so it can never leave a pass behind."""
+    if categories is None:
         return []
+    if not isinstance(categories, list):
+        return [TestResult("?", None, UNREADABLE, _clean(categories))]
+    results = []
+    for category in categories:
+        tests = category.get("tests") if isinstance(category, dict) else category
+        if not isinstance(tests, list):
+            results.append(TestResult("?", None, UNREADABLE, _clean(category)))
+            continue
+        for test in tests:
+            results += _test_results(test)
+    return results
+
+
+def _test_results(test: Any) -> list[TestResult]:
+    """One TestResult per GPU of each result; a test or result that is no object, or names
+    its GPU in no form DCGM writes, is kept as an UNREADABLE result."""
+    if isinstance(test, dict) and "results" not in test and "test_summary" in test:
+        test = {**test, "results": [test["test_summary"]]}  # 4.x: only the summary, the node's
+    if not isinstance(test, dict) or not isinstance(test.get("results"), list):
+        return [TestResult("?", None, UNREADABLE, _clean(test))]
     name = _clean(test.get("name") or "?")
     out = []
-    for result in _list(test.get("results")):
-        if not isinstance(result, dict):
+    for result in test["results"]:
+        gpus = _gpus(result) if isinstance(result, dict) else None
+        if not isinstance(result, dict) or gpus is None:
+            out.append(TestResult(name, None, UNREADABLE, _clean(result)))
             continue
-        status = str(result.get("status") or "").strip().lower()
+        raw = result.get("status")
+        status = _clean(raw).lower()[:40] if isinstance(raw, str) else UNREADABLE
         text = "; ".join(_texts(result.get("warnings")) + _texts(result.get("info")))
         severity = _severity(result.get("warnings"))
-        for gpu in _gpus(result):
+        for gpu in gpus:
             out.append(TestResult(name, gpu, status, _clean(text), severity))
     return out
 
@@ -137,16 +173,21 @@ def _severity(entries: Any) -> int | None:
     return next((level for level in SEVERITY_REMEDY if level in levels), None)
 
 
-def _gpus(result: Mapping[str, Any]) -> list[int | None]:
-    """The GPU indexes a result is about: 4.x entity_id (GPU group), 3.x gpu_id or gpu_ids."""
+def _gpus(result: Mapping[str, Any]) -> list[int | None] | None:
+    """The GPU indexes a result is about: 4.x entity_id (GPU group), 3.x gpu_id or gpu_ids;
+    [None] for a result about the node; None when an id is given in no form DCGM writes."""
     if "entity_id" in result:
         group = result.get("entity_group")
-        return [_index(result["entity_id"])] if group in (None, "GPU") else [None]
+        if group not in (None, "GPU"):
+            return [None]
+        index = _index(result["entity_id"])
+        return None if index is None else [index]
     raw = result.get("gpu_id", result.get("gpu_ids"))
     if raw is None:
         return [None]
-    parts = str(raw).split(",") if not isinstance(raw, int) else [raw]
-    return [_index(part) for part in parts] or [None]
+    parts = str(raw).split(",") if isinstance(raw, (int, str)) and raw is not True else []
+    indexes = [_index(part) for part in parts]
+    return None if not indexes or None in indexes else list(indexes)
 
 
 def _index(value: Any) -> int | None:
@@ -177,8 +218,10 @@ def _clean(text: Any) -> str:
 def dcgm_findings(diags: Mapping[str, NodeDiag], level: int) -> list[Finding]:
     """dcgm.diag: one finding per failing or warning test on each GPU; one skip for the
     nodes without dcgmi, one error for those whose host engine is down, one per other node
-    that gave no result; OK over the nodes where every test passed."""
+    that gave no result or a status DCGM does not write; a warning for the nodes where every
+    test was skipped (nothing tested); OK over the nodes where every test ran and passed."""
     findings = [_result_finding(host, level, r) for host, d in diags.items() for r in _bad(d)]
+    findings += _strict_findings(diags, level)
     missing = [host for host, d in diags.items() if d.missing]
     down = {host: d.problem for host, d in diags.items() if d.no_hostengine}
     if missing:
@@ -195,7 +238,7 @@ def dcgm_findings(diags: Mapping[str, NodeDiag], level: int) -> list[Finding]:
         if diag.problem and not diag.no_hostengine and not diag.missing:
             message = f"{host}: dcgmi diag -r {level} gave no verdict: {diag.problem}"
             findings.append(Finding("dcgm.diag", Status.ERROR, message, [host]))
-    passed = [host for host, d in diags.items() if not (d.missing or d.problem or _bad(d))]
+    passed = [host for host, d in diags.items() if _passed(d)]
     if passed and not any(f.status in (Status.FAIL, Status.WARN) for f in findings):
         versions = sorted({d.version for h, d in diags.items() if h in passed and d.version})
         seen = f" (DCGM {', '.join(versions)})" if versions else ""
@@ -218,6 +261,63 @@ def _skipped(diags: Mapping[str, NodeDiag], hosts: list[str]) -> str:
 
 def _bad(diag: NodeDiag) -> list[TestResult]:
     return [r for r in diag.results if r.status in SEVERITY]
+
+
+def _unknown(diag: NodeDiag) -> list[TestResult]:
+    """Results whose status is none DCGM writes (garbage, missing, not a string)."""
+    return [r for r in diag.results if r.status not in KNOWN_STATUSES]
+
+
+def _nothing_tested(diag: NodeDiag) -> bool:
+    """Results came back, and every one of them is a Skip or Not Run."""
+    return bool(diag.results) and all(r.status in UNTESTED for r in diag.results)
+
+
+def _passed(diag: NodeDiag) -> bool:
+    """Every result readable, none failing or warning, and at least one test that ran."""
+    if diag.missing or diag.problem or _bad(diag) or _unknown(diag):
+        return False
+    return any(r.status == "pass" for r in diag.results)
+
+
+def _strict_findings(diags: Mapping[str, NodeDiag], level: int) -> list[Finding]:
+    """An error per node with unreadable results; one warning over the nodes that ran dcgmi
+    and got only skips back (nothing was tested there)."""
+    findings = [
+        _unreadable_finding(host, level, unknown)
+        for host, diag in diags.items()
+        if (unknown := _unknown(diag)) and not diag.problem
+    ]
+    untested = [
+        host
+        for host, diag in diags.items()
+        if not (diag.missing or diag.problem or _unknown(diag)) and _nothing_tested(diag)
+    ]
+    if untested:
+        message = (
+            f"dcgmi diag -r {level} tested nothing on {', '.join(untested)}: every test was "
+            f"skipped{_skipped(diags, untested)}"
+        )
+        found = "every test skipped"
+        warn = Finding("dcgm.diag", Status.WARN, message, untested, "Pass", found, UNTESTED_REMEDY)
+        findings.append(warn)
+    return findings
+
+
+def _unreadable_finding(host: str, level: int, unknown: list[TestResult]) -> Finding:
+    """Results with no DCGM status: an error naming each (bounded), never a pass."""
+    shown = ", ".join(
+        f"{r.test!r} {'GPU ' + str(r.gpu) if r.gpu is not None else 'node'}: "
+        + (r.status if r.status == UNREADABLE else repr(r.status))
+        for r in unknown[:SKIPPED_SHOWN]
+    )
+    more = f" and {len(unknown) - SKIPPED_SHOWN} more" if len(unknown) > SKIPPED_SHOWN else ""
+    message = (
+        f"{host}: dcgmi diag -r {level} gave results with no DCGM status (Pass, Fail, Warn, "
+        f"Skip, Not Run), which are no verdict: {_clean(shown)}{more}"
+    )
+    found = {"unreadable": len(unknown)}
+    return Finding("dcgm.diag", Status.ERROR, message, [host], found=found, remedy=GENERAL_REMEDY)
 
 
 def _result_finding(host: str, level: int, result: TestResult) -> Finding:

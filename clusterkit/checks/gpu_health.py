@@ -1,11 +1,12 @@
 """GPU hardware health from nvidia-smi's query fields: HBM memory repair (row remapping,
-page retirement), PCIe link width and clock event reasons, and the kernel's PCIe replay counts
-(AER, from sysfs). Each problem names the host, the GPU (index, bus id, serial or UUID), what
-was read and what to do about it.
+page retirement), on-chip SRAM ECC counts, temperature against the driver's own limit, PCIe
+link width and clock event reasons, and the kernel's PCIe replay counts (AER, from sysfs).
+Each problem names the host, the GPU (index, bus id, serial or UUID), what was read and what
+to do about it.
 
 What is normal stays quiet: `[N/A]` fields (a GPU generation without the feature), lifetime
-corrected ECC counts, the PCIe generation (it drops to gen 1 on an idle GPU to save power)
-and the idle, application-clock, power-cap, sync-boost and display clock reasons."""
+corrected HBM (DRAM) ECC counts, the PCIe generation (it drops to gen 1 on an idle GPU to save
+power) and the idle, application-clock, power-cap, sync-boost and display clock reasons."""
 
 from __future__ import annotations
 
@@ -20,6 +21,24 @@ from clusterkit.facts import GpuDevice, HostFacts, collected
 # bucket of nvidia-smi's Bank Remap Availability Histogram), so a GPU past it is using up
 # its repairs and heading for a remapping failure.
 REMAP_UNCORRECTABLE_WARN = 8
+# More than this fails: azurehpc-health-checks' check_gpu_ecc fails a GPU whose
+# remapped_rows.uncorrectable is above 512 ("Row remap uncorrectable error count is too
+# high", FaultCode NHC2007) and has it replaced.
+REMAP_UNCORRECTABLE_FAIL = 512
+# Corrected SRAM (on-chip: register file, L1/L2) ECC errors above this warn, volatile or
+# aggregate: azurehpc-health-checks' default configuration (`check_gpu_ecc 20000000 10000`)
+# flags a GPU above 10000 ("High SRAM correctable ECC error count", NHC2019). SRAM has no
+# repair like HBM's row remapping: a rising count is a chip on its way out.
+SRAM_CORRECTED_WARN = 10000
+# Temperature: nvidia-smi's `temperature.gpu.tlimit` is the driver's margin to the GPU's
+# maximum operating temperature (`GPU T.Limit Temp`; a recorded H100 shows 53 C at 34 C, with
+# slowdown at -2 C and shutdown at -8 C of that margin). At or below 0 the GPU is past its
+# operating limit and about to slow down; a few degrees above it warns.
+TLIMIT_FAIL = 0
+TLIMIT_WARN = 5
+# Where the driver gives no margin (Ampere and older print [N/A]): Meta GCM's gpu_temperature
+# check goes CRITICAL above an operator threshold, 85 C in its documented example.
+TEMPERATURE_WARN = 85
 # Volta and older retire at most 64 pages; NVIDIA's page-retirement guidance treats a GPU
 # near that table's end as a replacement candidate.
 RETIRED_PAGES_WARN = 60
@@ -82,10 +101,69 @@ def row_remap_problems(gpu: GpuDevice) -> list[Problem]:
         action = RESET.format(index=index) + " to apply it"
         problems.append((Status.FAIL, "row remap pending", action))
     uncorrectable = _number(gpu.get("remapped_rows.uncorrectable"))
-    if uncorrectable is not None and uncorrectable > REMAP_UNCORRECTABLE_WARN:
+    if uncorrectable is not None and uncorrectable > REMAP_UNCORRECTABLE_FAIL:
+        evidence = (
+            "too many rows remapped for uncorrectable errors "
+            f"({uncorrectable}, over {REMAP_UNCORRECTABLE_FAIL})"
+        )
+        problems.append((Status.FAIL, evidence, REPLACE))
+    elif uncorrectable is not None and uncorrectable > REMAP_UNCORRECTABLE_WARN:
         evidence = f"{uncorrectable} rows remapped for uncorrectable errors"
         problems.append((Status.WARN, evidence, "plan its replacement: " + REPLACE))
     return problems
+
+
+def sram_problems(gpu: GpuDevice) -> list[Problem]:
+    """Corrected SRAM ECC errors over the bound (since the last reset, or in the GPU's
+    lifetime), and any uncorrected SRAM error in its lifetime (the volatile count is
+    gpu.ecc's)."""
+    corrected = {
+        "since reset": _number(gpu.get("ecc.errors.corrected.volatile.sram")),
+        "lifetime": _number(gpu.get("ecc.errors.corrected.aggregate.sram")),
+    }
+    high = [f"{count} {when}" for when, count in corrected.items()
+            if count is not None and count > SRAM_CORRECTED_WARN]  # fmt: skip
+    problems: list[Problem] = []
+    action = "watch whether the count rises; plan its replacement: " + REPLACE
+    if high:
+        evidence = f"corrected SRAM ECC errors {', '.join(high)} (over {SRAM_CORRECTED_WARN})"
+        problems.append((Status.WARN, evidence, action))
+    uncorrected = _number(gpu.get("ecc.errors.uncorrected.aggregate.sram"))
+    if uncorrected:
+        evidence = f"{uncorrected} uncorrected SRAM ECC errors in its lifetime"
+        problems.append((Status.WARN, evidence, action))
+    return problems
+
+
+def _signed(value: str | None) -> int | None:
+    """A temperature or margin from a CSV cell, negative ones too; None for anything else."""
+    text = str(value).strip() if value is not None else ""
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if digits.isdigit() and len(digits) < 4 else None
+
+
+def temperature_problems(gpu: GpuDevice) -> list[Problem]:
+    """The driver's margin to the maximum operating temperature where it gives one, else the
+    GPU's temperature against a fixed bound."""
+    current = _signed(gpu.get("temperature.gpu"))
+    margin = _signed(gpu.get("temperature.gpu.tlimit"))
+    shown = f"GPU at {current} C" if current is not None else "GPU temperature"
+    action = (
+        "check cooling (fans, airflow, inlet temperature, a blocked heatsink; `nvidia-smi -q "
+        "-d TEMPERATURE`) and drain the node until it runs cooler"
+    )
+    if margin is not None and margin <= TLIMIT_FAIL:
+        evidence = (
+            f"{shown}, {-margin} C past its maximum operating temperature (T.Limit {margin} C)"
+        )
+        return [(Status.FAIL, evidence, action)]
+    if margin is not None and margin < TLIMIT_WARN:
+        evidence = f"{shown}, {margin} C below its maximum operating temperature"
+        return [(Status.WARN, evidence, action)]
+    if margin is None and current is not None and current >= TEMPERATURE_WARN:
+        evidence = f"{shown} (at or above {TEMPERATURE_WARN} C)"
+        return [(Status.WARN, evidence, action)]
+    return []
 
 
 def retired_page_problems(gpu: GpuDevice) -> list[Problem]:
@@ -214,7 +292,8 @@ def clock_reason_problems(gpu: GpuDevice) -> list[Problem]:
 
 
 def gpu_health_findings(facts: Facts) -> list[Finding]:
-    """gpu.row-remap, gpu.retired-pages, gpu.pcie-width, gpu.pcie-replay, gpu.clock-reasons."""
+    """gpu.row-remap, gpu.retired-pages, gpu.sram-ecc, gpu.temperature, gpu.pcie-width,
+    gpu.pcie-replay, gpu.clock-reasons."""
     return [
         *_graded(
             "gpu.row-remap",
@@ -229,6 +308,21 @@ def gpu_health_findings(facts: Facts) -> list[Finding]:
             retired_page_problems,
             what="GPU memory page retirement needs action",
             ok="no GPU has a page retirement pending",
+        ),
+        *_graded(
+            "gpu.sram-ecc",
+            facts,
+            sram_problems,
+            what="GPU on-chip (SRAM) memory errors",
+            ok=f"no GPU has more than {SRAM_CORRECTED_WARN} corrected or any uncorrected SRAM "
+            "errors on record",
+        ),
+        *_graded(
+            "gpu.temperature",
+            facts,
+            temperature_problems,
+            what="GPU temperature near or past its limit",
+            ok="every GPU runs below its maximum operating temperature",
         ),
         *_graded(
             "gpu.pcie-width",
@@ -250,6 +344,7 @@ def gpu_health_findings(facts: Facts) -> list[Finding]:
 
 BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 NEEDS = {REPLACE: "needs replacement"}
+HOT = "over temperature needs cooling check"
 
 
 def drain_notes(host_facts: HostFacts) -> list[str]:
@@ -264,4 +359,6 @@ def drain_notes(host_facts: HostFacts) -> list[str]:
             if status is Status.FAIL:
                 short = evidence.split(" (")[0]
                 notes.append(f"{where} {short} {NEEDS.get(action, 'needs reset')}")
+        if any(status is Status.FAIL for status, _, _ in temperature_problems(gpu)):
+            notes.append(f"{where} {HOT}")
     return notes

@@ -12,9 +12,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 from clusterkit.checks.gpu_health import gpu_label
-from clusterkit.checks.model import Finding, HostProblem, Status, graded
+from clusterkit.checks.model import Finding, HostProblem, Status, graded, over_hosts, per_host
 from clusterkit.checks.parity import Facts, majority
-from clusterkit.facts import HostFacts, IbPort, NvlinkGpu, collected
+from clusterkit.facts import HostFacts, IbPort, NvlinkGpu, collected, error_of
+from clusterkit.inventory.model import Expectations
 
 # More CRC errors on one link than this fails: DCGM's health watch fails NVLink CRC errors
 # at 100 per second and warns below; without a rate, 100 since the driver loaded is the bound.
@@ -242,3 +243,69 @@ def drain_notes(host: str, host_facts: HostFacts) -> list[str]:
             name = hca if HCA_NAME.fullmatch(hca) else "?"
             notes.append(f"IB {name} port {_digits(number)} down needs link check")
     return notes
+
+
+# -- the inventory's expectation (clusterkit.expect.ib_ports, ib_rate_gbps) -----------------
+
+
+def _expected_port_problems(
+    host_facts: HostFacts, ports: int | None, rate: float | None
+) -> list[str]:
+    """What falls short of the expectation on one node: too few ports up (each port that is
+    not up named with its state), an up port slower than the rate (named with its rate)."""
+    found = list(_ports(host_facts))
+    up = [(hca, number, port) for hca, number, port in found if _is_up(port)]
+    problems = []
+    if ports is not None and len(up) < ports:
+        down = [f"{hca} port {number} {port.get('state')}/{port.get('phys_state')}"
+                for hca, number, port in found if not _is_up(port)]  # fmt: skip
+        shown = f" ({', '.join(down)})" if down else ""
+        problems.append(f"{len(up)} of {ports} RDMA ports up{shown}")
+    if rate is not None:
+        problems += [
+            f"{hca} port {number} at {port.get('rate_gbps') or 0:g} Gb/s ({port.get('rate')}) "
+            f"below {rate:g} Gb/s"
+            for hca, number, port in up
+            if (port.get("rate_gbps") or 0) < rate
+        ]
+    return problems
+
+
+def ib_expect_findings(facts: Facts, expect: Expectations) -> list[Finding]:
+    """expect.infiniband: with `expect.ib_ports` and/or `expect.ib_rate_gbps`, every node has
+    that many RDMA ports ACTIVE/LinkUp, each at that rate or more. Unlike ib.port, which
+    compares nodes with each other, this needs no peer: one node alone (node-check), or every
+    node with the same missing port, is still held to the inventory. None when neither is set."""
+    ports, rate = expect.ib_ports, expect.ib_rate_gbps
+    if ports is None and rate is None:
+        return []
+    # a node whose collector failed has no evidence either way: its own error says why
+    answered = {
+        host: f
+        for host, f in facts.items()
+        if f.get("infiniband") is not None and not error_of(f.get("infiniband"))
+    }
+    bad = {
+        host: "; ".join(problems)
+        for host, f in answered.items()
+        if (problems := _expected_port_problems(f, ports, rate))
+    }
+    speed = f"at {rate:g} Gb/s or more" if rate is not None else ""
+    if ports is None:
+        wanted = f"every RDMA port that is up {speed}"
+    else:
+        wanted = f"{ports} RDMA ports up" + (f", each {speed}" if speed else "")
+    return [
+        over_hosts(
+            "expect.infiniband",
+            bad,
+            list(answered),
+            ok=f"every node meets clusterkit.expect: {wanted}",
+            failed=f"RDMA ports short of clusterkit.expect ({wanted}): {per_host(bad)}",
+            expected=wanted,
+            remedy="check each named port's cable, transceiver and switch port (`ibstat HCA "
+            "PORT`, `mlxlink -d HCA -p PORT`) and the subnet manager; a port at a lower rate "
+            "trained down (a bad cable or a lane down)",
+            unchecked="no node reported its RDMA ports",
+        )
+    ]

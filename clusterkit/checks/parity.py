@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts
 from clusterkit.facts import FactsByHost, HostFacts, collected
@@ -12,6 +13,7 @@ from clusterkit.words import counted
 
 Facts = FactsByHost
 Extractor = Callable[[HostFacts], object]
+FirmwareField = Literal["vbios_version", "inforom.img"]
 
 
 def _gpu_models(f: HostFacts) -> str | None:
@@ -58,10 +60,21 @@ PARITY: tuple[tuple[str, str, Extractor, str | None], ...] = (
 
 
 def majority(values: Mapping[str, Any]) -> Any:
-    """The most common value; ties go to the value seen first in inventory order."""
+    """The most common value; ties go to the value seen first in inventory order. For a
+    value to expect, not for blame: `sole_majority` says whether anyone is odd."""
     counts = Counter(values.values())
     best = max(counts.values())
     return next(v for v in values.values() if counts[v] == best)
+
+
+def sole_majority(values: Mapping[str, Any]) -> tuple[bool, Any]:
+    """(True, the value) when one value is more common than every other: only then are the
+    hosts that differ from it odd. A tie (1 against 1, 2 against 2) has no majority, and
+    inventory order must not decide which node is blamed."""
+    counts = Counter(values.values()).most_common(2)
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return False, None
+    return True, counts[0][0]
 
 
 def parity_finding(
@@ -70,10 +83,20 @@ def parity_finding(
     values: Mapping[str, Any],
     remedy: str | None = None,
 ) -> Finding:
-    """Compare one value across hosts; name the odd hosts against the majority."""
+    """Compare one value across hosts; name the odd hosts against the majority. With no
+    majority the hosts disagree and none is named: a problem of the whole set."""
     if not values:
         return Finding(check_id, Status.SKIP, f"{what}: no host reports it")
-    expected = majority(values)
+    found, expected = sole_majority(values)
+    if not found:
+        return Finding(
+            check_id,
+            Status.FAIL,
+            f"{what} differs and no value has a majority: "
+            + "; ".join(f"{host} has {value}" for host, value in values.items()),
+            found=dict(values),
+            remedy=remedy or "make every node the same (the image or provisioning pins it)",
+        )
     odd = {host: value for host, value in values.items() if value != expected}
     described = ", ".join(f"{host} has {value}" for host, value in odd.items())
     everyone, same = counted(len(values), "host"), len(values) - len(odd)
@@ -96,6 +119,43 @@ def parity_findings(facts: Facts) -> list[Finding]:
         values = {host: value for host, value in values.items() if value is not None}
         finding = parity_finding(check_id, what, values)
         if finding.status is Status.FAIL and tag:
-            finding.fix = Fix((tag,), tuple(finding.hosts))
+            finding.fix = Fix((tag,), tuple(finding.hosts or values))
+        findings.append(finding)
+    return findings
+
+
+# -- GPU firmware -----------------------------------------------------------------------------
+# Differences warn (a failure under --strict): a job runs across them, but a fleet is flashed
+# to one image, and azurehpc-health-checks' check_vbios_version fails a node whose VBIOS is not
+# the expected one (FaultCode NHC2001).
+FIRMWARE: tuple[tuple[str, str, FirmwareField], ...] = (
+    ("parity.vbios", "GPU VBIOS", "vbios_version"),
+    ("parity.inforom", "GPU InfoROM image", "inforom.img"),
+)
+FIRMWARE_REMEDY = (
+    "flash the odd nodes' GPUs to the fleet's firmware with the vendor's update tool "
+    "(`nvidia-smi -q | grep -e 'VBIOS Version' -e 'Image Version'` shows each GPU's), or "
+    "leave them out of the job"
+)
+
+
+def gpu_firmware(f: HostFacts, field: FirmwareField) -> str | None:
+    """The node's GPU firmware versions of one kind, sorted and comma-joined (GPUs of one node
+    that differ show as both); None where no GPU reports it (an older probe, `[N/A]`)."""
+    devices = collected(f.get("gpus")).get("devices", [])
+    return ", ".join(sorted({str(v) for d in devices if (v := d.get(field))})) or None
+
+
+def firmware_parity_findings(facts: Facts) -> list[Finding]:
+    """parity.vbios, parity.inforom: as every parity check, but a difference warns; no
+    finding where no node reports the version (no GPU, an older probe)."""
+    findings = []
+    for check_id, what, field in FIRMWARE:
+        values = {host: v for host, f in facts.items() if (v := gpu_firmware(f, field))}
+        if not values:
+            continue
+        finding = parity_finding(check_id, what, values, FIRMWARE_REMEDY)
+        if finding.status is Status.FAIL:
+            finding = dataclasses.replace(finding, status=Status.WARN)
         findings.append(finding)
     return findings

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 from clusterkit.checks import static_findings
 from clusterkit.checks.fabric import node_fabric_findings
 from clusterkit.checks.gpu_health import drain_notes as gpu_drain_notes
+from clusterkit.checks.host_health import drain_notes as device_drain_notes
+from clusterkit.checks.hostlog import drain_notes as host_drain_notes
 from clusterkit.checks.links import drain_notes as fabric_drain_notes
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.recovery import drain_notes as recovery_drain_notes
 from clusterkit.checks.xid import drain_notes as xid_drain_notes
 from clusterkit.environment import Environment
 from clusterkit.errors import TransportError
@@ -25,6 +29,19 @@ from clusterkit.slurm.target import load_settings
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.local import LocalTransport
+
+# What node-check judges: the node (hardware, driver, fabric, its settings and the pins the
+# settings file asks for), not a job. Slurm runs it on nodes that run a job
+# (HealthCheckNodeState=ANY), and jobs bring their own Python (containers, venvs):
+# - what a running job uses is never held against the node;
+# - the job's Python is judged only when the admin names it (--python, or the settings'
+#   ansible_python_interpreter): a python3 without torch is no fault of the node.
+# Either is still shown, as a skip that says why it was not judged.
+THE_JOBS_USE = frozenset({"gpu.busy", "host.memory-free"})
+THE_JOBS_PYTHON = frozenset(
+    {"torch.present", "torch.import", "torch.numpy", "torch.cpu-build", "compat.driver-cuda",
+     "gpu.visible", "gpu.arch"}
+)  # fmt: skip
 
 # Not the cluster's PROBE_SECONDS: the whole (--timeout, 30 s) stays under Slurm's 60 s limit
 # for a HealthCheckProgram. Each tool the collector runs keeps its own bound (the collector's
@@ -52,7 +69,8 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         facts[name] = probe_host(transport, python, PROBE_OPTIONS, Deadline.after(args.timeout))
     except TransportError as error:
         findings.append(Finding("probe.ran", Status.ERROR, f"{name}: {error.detail}", hosts=[name]))
-    findings += node_findings(facts, settings, args.settings)
+    judged = node_findings(facts, settings, args.settings)
+    findings += not_judged(judged, job_python_named=bool(args.python or interpreter))
     report = Report(
         command="node-check",
         inventory=args.settings,
@@ -92,10 +110,28 @@ def node_findings(
     return [f for f in static if not f.id.startswith("parity.")] + node_fabric_findings(facts)
 
 
+def not_judged(findings: list[Finding], *, job_python_named: bool) -> list[Finding]:
+    """The findings with what node-check does not judge turned into skips that say why."""
+    shown = []
+    for finding in findings:
+        why = None
+        if finding.id in THE_JOBS_USE:
+            why = "not judged: what a running job uses is no fault of the node"
+        elif finding.id in THE_JOBS_PYTHON and not job_python_named:
+            why = "not judged: the job's Python was not named (--python)"
+        if why is not None and finding.status is not Status.SKIP:
+            finding = replace(finding, status=Status.SKIP, message=f"{why}: {finding.message}")
+        shown.append(finding)
+    return shown
+
+
 def node_drain_notes(name: str, findings: list[Finding], host_facts: HostFacts) -> list[str]:
     """What each failing device needs, for the drain reason: Xid, memory repair and links."""
     return (
         xid_drain_notes(findings)
         + gpu_drain_notes(host_facts)
         + fabric_drain_notes(name, host_facts)
+        + host_drain_notes(host_facts)
+        + device_drain_notes(host_facts)
+        + recovery_drain_notes(host_facts)
     )

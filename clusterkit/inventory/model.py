@@ -46,6 +46,8 @@ class Expectations:
     torch: str | None = None
     nccl: str | None = None
     python: str | None = None
+    ib_ports: int | None = None  # RDMA ports ACTIVE/LinkUp on every node (expect.infiniband)
+    ib_rate_gbps: float | None = None  # the least rate each of them runs at, Gb/s
 
 
 @dataclass(frozen=True)

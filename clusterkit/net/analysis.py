@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.parity import sole_majority
 from clusterkit.net.cover import UNKNOWN_SUBNET, Cut
 from clusterkit.net.firewall import Packet, explain
 from clusterkit.net.ifname import InterfaceChoice
@@ -148,6 +149,18 @@ def _mtu_findings(choices: Mapping[str, InterfaceChoice]) -> list[Finding]:
         return []
     expected = _majority(mtus)
     odd = sorted(host for host, mtu in mtus.items() if mtu != expected)
+    if odd and not sole_majority(mtus)[0]:  # 1 against 1: no node is the odd one
+        return [
+            finding(
+                "net.mtu",
+                Status.FAIL,
+                "MTU differs and no value has a majority: "
+                + ", ".join(f"{host} {choices[host].name} mtu {mtus[host]}" for host in mtus)
+                + "; large messages hang rather than fail",
+                found=dict(mtus),
+                remedy="set the same MTU on every node (ip link set dev IFACE mtu N)",
+            )
+        ]
     if odd:
         return [
             finding(

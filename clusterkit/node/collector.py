@@ -29,7 +29,7 @@ from clusterkit.node.prelude import (
     stop_tools_on_signals,
 )
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 TOOL_TIMEOUT = 10.0
 MAX_ROUTES = 256  # a node's own routes, not a router's full table
 BASE_GPU_FIELDS = (
@@ -64,6 +64,18 @@ HEALTH_GPU_FIELDS = (
     "clocks_event_reasons.active",
     "temperature.gpu",
     "temperature.memory",
+    # the driver's margin to the slowdown temperature (R520+; [N/A] on some GPUs)
+    "temperature.gpu.tlimit",
+    # SRAM (on-chip) ECC: lifetime and since-reset corrected, lifetime uncorrected
+    "ecc.errors.corrected.volatile.sram",
+    "ecc.errors.corrected.aggregate.sram",
+    "ecc.errors.uncorrected.aggregate.sram",
+    # firmware, compared across nodes (parity.vbios, parity.inforom)
+    "vbios_version",
+    "inforom.img",
+    # the driver's own verdict after an unrecoverable error (checks/recovery.py): Yes/No
+    "reset_status.reset_required",
+    "reset_status.drain_and_reset_recommended",
 )
 GPU_FIELDS = BASE_GPU_FIELDS + HEALTH_GPU_FIELDS
 # Renamed in driver 535 (clocks_throttle_reasons -> clocks_event_reasons).
@@ -679,11 +691,12 @@ def collect_memory(options):
     return {"total_bytes": values.get("MemTotal"), "available_bytes": values.get("MemAvailable")}
 
 
-# -- kernel log: Xid and SXid events ---------------------------------------------------------
+# -- kernel log: GPU, NVSwitch and host faults -----------------------------------------------
 # The NVIDIA driver reports GPU faults (Xid) and NVSwitch faults (SXid) in the kernel log,
-# which holds them until reboot. A node's log can be large: the tool's output is cut to its
-# last KERNEL_LOG_BYTES, journalctl to its last KERNEL_LOG_LINES lines, and only the last
-# MAX_KERNEL_EVENTS matching lines are kept (the total is counted).
+# which holds them until reboot; the kernel reports machine checks, memory and filesystem
+# errors there too, so one read serves every check. A node's log can be large: the tool's
+# output is cut to its last KERNEL_LOG_BYTES, journalctl to its last KERNEL_LOG_LINES lines,
+# and only the last MAX_KERNEL_EVENTS records of each kind are kept (the total is counted).
 KERNEL_LOG_BYTES = 8 * 1024 * 1024
 KERNEL_LOG_LINES = 50000
 MAX_KERNEL_EVENTS = 200
@@ -692,112 +705,380 @@ KERNEL_LOG_TOOLS = (
     ("journalctl", ["journalctl", "-k", "-b", "-o", "short-iso", "--no-pager",
                     "-n", str(KERNEL_LOG_LINES)]),
 )  # fmt: skip
+# Each record's first line is the tool's prefix, then the message: dmesg's time (`[ 12.5]`,
+# ISO, or -T's ctime), journalctl's `TIME HOST kernel: `. A record's further lines are
+# indented. Every shape below is matched from the start of the message only: text any user
+# can put into a kernel message (the path in "process 'x' launched '<path>' with NULL argv",
+# a mount option) comes after the kernel's own words, never at the start.
+_TIME = (
+    r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)|\[\s*(?P<uptime>\d+\.\d+)\]|"
+    r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ [\d:]+ \d{4})\]"
+)
+MESSAGE_START = {
+    "journalctl": re.compile(r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) \S+ kernel: "),
+    "dmesg": re.compile(r"(?:(?:%s) )?(?=\S)" % _TIME),
+}
+PCI = r"(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
 XID_MARK = "Xid (PCI:"  # on every Xid and SXid line
-XID_LINE = re.compile(
-    r"(?P<kind>S?Xid) \(PCI:(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.0-9A-Fa-f]*\):"
-    r" (?P<code>\d{1,6}), (?P<rest>.*)$"
+XID_MESSAGE = re.compile(
+    r"(?:NVRM: (?P<xid>Xid)|nvidia-nvswitch\d{0,3}: (?P<sxid>SXid)) \(PCI:"
+    + PCI
+    + r"[.0-9A-Fa-f]*\): (?P<code>\d{1,6}), (?P<rest>.*)$"
 )
 XID_PID = re.compile(r"pid=(?P<pid>'[^']*'|[^,\s]*), (?:name=(?P<name>[^,]*), )?(?P<text>.*)$")
-LOG_TIME = re.compile(
-    r"^(?:(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)|\[\s*(?P<uptime>\d+\.\d+)\]|"
-    r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ [\d:]+ \d{4})\])"
-)
-OOM_MARK = "Killed process "  # the kernel's OOM killer, global or a memory cgroup's
-OOM_KILL = re.compile(r"Killed process (?P<pid>\d{1,9}) \((?P<name>[^)]*)\)")
-# SXid lines that continue the one before (same code), not a new event.
+# NVLink5 Xids (144-150) name their severity: `RLW_SRC_TRACK Fatal XC0 i1 Link 00 (...)`. The
+# last such words count: the process name before them (name=...) is the user's own text.
+NVLINK5_XIDS = range(144, 151)
+NVLINK5_SEVERITY = re.compile(r"\b(?P<severity>Fatal|Nonfatal) +XC\d{1,3} ")
+# An SXid record: the header (`12028, Non-fatal, Link 32 ...`), then `Severity N Engine
+# instance ...` (1: fatal, the driver's NVSWITCH_ERROR_SEVERITY_FATAL) and `Data {...}`,
+# each a line of its own with the same code.
 SXID_CONTINUATION = ("Severity ", "Data {")
+SXID_SEVERITY = re.compile(r"Severity (?P<severity>\d) ")
+# Newer drivers may report a lost GPU only as "NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID:
+# 10de:26b5) installed in this system has / fallen off the bus ..." (one record over three
+# lines), older ones as "NVRM: GPU at 0000:01:00.0 has fallen off the bus.", and some beside
+# (or instead of) the Xid line as "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.".
+FALLEN_WORDS = "fallen off the bus"
+FALLEN_HEAD = re.compile(
+    r"NVRM: (?:The NVIDIA GPU|GPU at|GPU) " + PCI + r"\.[0-7](?P<rest>(?:[: ].*)?)$"
+)
+# The driver's load banner, and the line its module init prints before probing the GPUs:
+# events before the last load were seen by a driver that is gone (reloaded to recover).
+LOAD_MARK = "NVRM: loading NVIDIA UNIX "
+NVLINK_INIT_MARK = "nvidia-nvlink: Nvlink Core is being initialized"
+OOM_MARK = "Killed process "  # the kernel's OOM killer, global or a memory cgroup's
+OOM_KILL = re.compile(
+    r"(?:Out of memory(?: \([^)]*\))?: |Memory cgroup out of memory: )?"
+    r"Killed process (?P<pid>\d{1,9}) \((?P<name>[^)]*)\)"
+)
+# The host's own faults (kernel sources: arch/x86/kernel/cpu/mce/core.c, drivers/edac/
+# edac_mc.c, mm/memory-failure.c, fs/ext4/super.c, fs/xfs/xfs_fsops.c, fs/btrfs).
+DEVICE = r"(?P<device>[^)\s]{1,64})"
+HOST_SHAPES = (
+    # (marks found with str.find, kind, what, the message's shape); what None: from MCi_STATUS.
+    # Few marks, each long enough to skip fast and absent from healthy lines (a node can log
+    # thousands of "mounted filesystem"): "ardware " is in "[Hardware Error]" and
+    # "Uncorrected hardware memory error"; XFS's "xfs_do_force_shutdown(" line comes with
+    # "Shutting down filesystem".
+    (("ardware ",), "mce", None, re.compile(
+        r"mce: \[Hardware Error\]: CPU \d{1,5}: Machine Check(?: Exception)?: [0-9a-fA-F]{1,16}"
+        r" Bank (?P<device>\d{1,4}): (?P<status>[0-9a-fA-F]{16})")),
+    (("ardware ",), "mce", "logged", re.compile(
+        r"mce: \[Hardware Error\]: Machine check events logged")),
+    (("ardware ",), "mce", "uncorrected", re.compile(
+        r"mce: Uncorrected hardware memory error")),
+    (("Memory failure: ",), "mce", "uncorrected", re.compile(
+        r"Memory failure: 0x[0-9a-f]{1,16}: ")),
+    (("EDAC MC",), "edac", "uncorrected", re.compile(
+        r"EDAC (?P<device>MC\d{1,3}): (?P<count>[1-9]\d{0,8}) UE ")),
+    (("-fs error (device ",), "fs", "error", re.compile(
+        r"EXT[234]-fs error \(device " + DEVICE + r"\)")),
+    (("Remounting filesystem read-only",), "fs", "read-only", re.compile(
+        r"EXT[234]-fs \(" + DEVICE + r"\): Remounting filesystem read-only")),
+    (("forced readonly",), "fs", "read-only", re.compile(
+        r"BTRFS \w{1,8} \(device " + DEVICE + r"(?: state \S{1,16})?\): forced readonly")),
+    (("Shutting down filesystem", "Filesystem has been shut down"), "fs", "shutdown", re.compile(
+        r"XFS \(" + DEVICE + r"\): (?:.*Shutting down filesystem|xfs_do_force_shutdown\(|"
+        r"Filesystem has been shut down)")),
+)  # fmt: skip
+# Each mark once, with the shapes its lines may have: one str.find pass per mark.
+HOST_MARKS = {}  # type: dict
+for _shape in HOST_SHAPES:
+    for _mark in _shape[0]:
+        HOST_MARKS.setdefault(_mark, []).append(_shape)
 
 
-def _log_time(line):
-    """The line's time as the tool printed it: ISO (dmesg --time-format iso, journalctl
-    short-iso), `uptime 1234.567890 s` (plain dmesg) or dmesg -T's ctime; None if none."""
-    match = LOG_TIME.match(line)
-    if match is None:
+def message_start(line, source=None):
+    """(where the message starts in `line`, its time as the tool printed it), or None for a
+    record's further line (indented) and a line without the tool's prefix. Time: ISO (dmesg
+    --time-format iso, journalctl short-iso), `uptime 1234.567890 s` (plain dmesg) or dmesg
+    -T's ctime; None if the line has none. `source` None: either tool's shape."""
+    for tool in (source,) if source else ("journalctl", "dmesg"):
+        match = MESSAGE_START[tool].match(line)
+        if match is not None:
+            break
+    else:
         return None
-    if match.group("iso"):
-        return match.group("iso")
-    if match.group("uptime"):
-        return "uptime %s s" % match.group("uptime")
-    return match.group("ctime")
+    found = match.groupdict()
+    if found.get("iso"):
+        return match.end(), found["iso"]
+    if found.get("uptime"):
+        return match.end(), "uptime %s s" % found["uptime"]
+    return match.end(), found.get("ctime")
 
 
-def parse_kernel_event(line):
-    """One kernel log line -> {kind: xid|sxid, pci, code, pid, name, text, time}, or None
-    when the line is no Xid/SXid event. pci is `DDDD:BB:DD`, lower case, so it compares
-    with nvidia-smi's pci.bus_id."""
-    if XID_MARK not in line:
-        return None
-    match = XID_LINE.search(line)
-    if match is None or (match.group("kind") == "Xid" and "NVRM" not in line):
-        return None
-    domain, bus, device = match.group("pci").lower().split(":")
-    rest = match.group("rest").strip()
-    kind = match.group("kind").lower()
-    if kind == "sxid" and rest.startswith(SXID_CONTINUATION):
-        return None
-    pid = name = None
-    fields = XID_PID.match(rest)
-    if fields:
-        pid = fields.group("pid").strip("'")
-        name = fields.group("name")
-        rest = fields.group("text")
-    return {
-        "kind": kind,
-        "pci": "%s:%s:%s" % (domain[-4:].rjust(4, "0"), bus, device),
-        "code": int(match.group("code")),
-        "pid": int(pid) if pid and pid.isdigit() else pid or None,
-        "name": name.strip() if name and name.strip() != "<unknown>" else None,
-        "text": rest[:300],
-        "time": _log_time(line),
-    }
+def _message(line, source=None):
+    """(message, time) of a record's first line, or None."""
+    start = message_start(line, source)
+    return None if start is None else (line[start[0] :], start[1])
 
 
-def _marked_lines(text, mark=XID_MARK):
-    """The lines of `text` holding `mark`, as splitlines() would cut them: a healthy log
-    of megabytes has none, and one scan in C finds that without splitting it."""
+def _lines_with(text, mark):
+    """(offset, line) of every line of `text` holding `mark`, as splitlines() cuts them: a
+    healthy log of megabytes has none, and one scan in C finds that without splitting it."""
     start = text.find(mark)
     while start >= 0:
         begin = text.rfind("\n", 0, start) + 1
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
-        for line in text[begin:end].splitlines():
+        offset = begin
+        for line in text[begin:end].splitlines(True):
             if mark in line:
-                yield line
+                yield offset, line.rstrip("\r\n")
+            offset += len(line)
         start = text.find(mark, end)
 
 
-def parse_oom_kill(line):
+def _marked_lines(text, mark=XID_MARK):
+    """The lines of `text` holding `mark` (see _lines_with)."""
+    for _, line in _lines_with(text, mark):
+        yield line
+
+
+def _severity(kind, code, rest):
+    """True/False where the line names its severity (NVLink5 Xids, SXid headers)."""
+    if kind == "xid" and code in NVLINK5_XIDS:
+        words = NVLINK5_SEVERITY.findall(rest)
+        return words[-1] == "Fatal" if words else None
+    if kind == "sxid":
+        if rest.startswith(("Fatal,", "Non-fatal,")):
+            return rest.startswith("Fatal,")
+        found = SXID_SEVERITY.match(rest)
+        return None if found is None else found.group("severity") == "1"
+    return None
+
+
+def parse_kernel_event(line, source=None):
+    """One kernel log line -> {kind: xid|sxid, pci, code, pid, name, text, time, fatal,
+    part (SXid only)}, or None when the line is no Xid/SXid line. pci is `DDDD:BB:DD`, lower
+    case, so it compares with nvidia-smi's pci.bus_id; fatal: the severity the line names,
+    else None; part: True for an SXid record's Severity/Data line."""
+    if XID_MARK not in line:
+        return None
+    found = _message(line, source)
+    match = found and XID_MESSAGE.match(found[0])
+    if not match:
+        return None
+    domain, bus, device = match.group("pci").lower().split(":")
+    rest = match.group("rest").strip()
+    kind = "xid" if match.group("xid") else "sxid"
+    code = int(match.group("code"))
+    pid = name = None
+    fields = XID_PID.match(rest) if kind == "xid" else None
+    if fields:
+        pid = fields.group("pid").strip("'")
+        name = fields.group("name")
+        rest = fields.group("text")
+    event = {
+        "kind": kind,
+        "pci": "%s:%s:%s" % (domain[-4:].rjust(4, "0"), bus, device),
+        "code": code,
+        "pid": int(pid) if pid and pid.isdigit() else pid or None,
+        "name": name.strip() if name and name.strip() != "<unknown>" else None,
+        "text": rest[:300],
+        "time": found[1],
+        "fatal": _severity(kind, code, rest),
+    }
+    if kind == "sxid":
+        event["part"] = rest.startswith(SXID_CONTINUATION)
+    return event
+
+
+def _record_lines(text, offset, limit=4):
+    """A record's first line at `offset` and the indented lines that continue it."""
+    lines = []  # type: list[str]
+    for line in text[offset : offset + 2000].splitlines()[:limit]:
+        if lines and not line[:1].isspace():
+            break
+        lines.append(line.strip())
+    return lines
+
+
+def _record_head(text, begin):
+    """Where the record holding the line at `begin` starts: back over its indented lines."""
+    for _ in range(4):
+        if begin == 0 or not text[begin : begin + 1].isspace():
+            break
+        begin = text.rfind("\n", 0, begin - 1) + 1
+    return begin
+
+
+def _fallen_off_events(text, source):
+    """Lost GPUs the driver reported without an Xid line, as Xid 79 events."""
+    heads = set()
+    for offset, _ in _lines_with(text, FALLEN_WORDS):
+        head_at = _record_head(text, offset)
+        lines = _record_lines(text, head_at)
+        found = _message(lines[0], source) if lines and head_at not in heads else None
+        if found is None:
+            continue
+        head = FALLEN_HEAD.match(found[0])
+        if not head or FALLEN_WORDS not in " ".join([head.group("rest"), *lines[1:]]):
+            continue
+        heads.add(head_at)
+        domain, bus, device = head.group("pci").lower().split(":")
+        yield {
+            "kind": "xid", "pci": "%s:%s:%s" % (domain[-4:].rjust(4, "0"), bus, device),
+            "code": 79, "pid": None, "name": None, "fatal": None, "at": head_at,
+            "text": "GPU has fallen off the bus (the driver's message, no Xid line)",
+            "time": found[1],
+        }  # fmt: skip
+
+
+def _keep(items, item):
+    items.append(item)
+    if len(items) > 2 * MAX_KERNEL_EVENTS:
+        del items[:-MAX_KERNEL_EVENTS]
+
+
+def _sxid_record(event, open_records):
+    """An SXid header opens a record; its Severity/Data lines join it (a fatal severity marks
+    it). A Data or Severity line whose header rotated out of the buffer is kept as the
+    record: a fatal SXid is never dropped for a lost first line. True: a new event."""
+    key = (event["pci"], event["code"])
+    if not event.pop("part"):
+        open_records[key] = event
+        return True
+    record = open_records.get(key)
+    if record is None:
+        event["text"] = "(record's first line not in the log) " + event["text"]
+        open_records[key] = event
+        return True
+    if event["fatal"] is not None and record.get("fatal") is None:
+        record["fatal"] = event["fatal"]
+    return False
+
+
+def _gpu_events(text, source):
+    """Xid and SXid events in log order, and how many lines matched."""
+    events = []  # type: list[dict]
+    matched = 0
+    open_records = {}  # type: dict
+    for offset, line in _lines_with(text, XID_MARK):
+        event = parse_kernel_event(line, source)
+        if event is None:
+            continue
+        matched += 1
+        event["at"] = offset
+        if event["kind"] == "sxid" and not _sxid_record(event, open_records):
+            continue
+        more = _record_lines(text, offset)[1:]  # a record the driver wrapped over lines
+        if more:
+            event["text"] = " ".join([event["text"], *more])[:300]
+        _keep(events, event)
+    xid79 = [(e["pci"], e["at"]) for e in events if e["kind"] == "xid" and e["code"] == 79]
+    for event in _fallen_off_events(text, source):
+        if not any(p == event["pci"] and abs(at - event["at"]) < 1024 for p, at in xid79):
+            matched += 1  # not the same loss as an Xid 79 line beside it
+            _keep(events, event)
+    events.sort(key=lambda e: e["at"])
+    return events[-MAX_KERNEL_EVENTS:], matched
+
+
+def _last_line(text, mark, source, before=None):
+    """Offset and time of the last line whose message starts with `mark`, or None."""
+    end = len(text) if before is None else before
+    while True:
+        at = text.rfind(mark, 0, end)
+        if at < 0:
+            return None
+        begin = text.rfind("\n", 0, at) + 1
+        found = _message(text[begin : at + len(mark)], source)
+        if found is not None and found[0] == mark:
+            return begin, found[1]
+        end = at
+
+
+def _probe_block_start(text, banner, source):
+    """Where the load's own probe messages (a GPU that fell off the bus as the driver
+    probed it, "probe routine failed") begin: they come just before the banner."""
+    start = banner
+    for _ in range(20):
+        if start == 0:
+            break
+        begin = text.rfind("\n", 0, start - 1) + 1
+        line = text[begin:start].rstrip("\r\n")
+        found = _message(line, source)
+        probing = found is not None and found[0].startswith("NVRM: ") and XID_MARK not in found[0]
+        if not (probing or (found is None and line[:1].isspace())):
+            break
+        start = begin
+    return start
+
+
+def driver_load(text, source=None):
+    """The driver's last load: {at: where its events begin, time, count}, or None. A reload
+    (rmmod/modprobe, done with a GPU reset to recover) begins at its module's nvlink core
+    init, else at the probe messages just before its banner."""
+    banner = _last_line(text, LOAD_MARK, source)
+    if banner is None:
+        return None
+    count = 1 + text.count(LOAD_MARK, 0, banner[0])
+    previous = _last_line(text, LOAD_MARK, source, before=banner[0])
+    init = _last_line(text, NVLINK_INIT_MARK, source, before=banner[0])
+    if init is not None and (previous is None or init[0] > previous[0]):
+        return {"at": init[0], "time": init[1], "count": count}
+    return {"at": _probe_block_start(text, banner[0], source), "time": banner[1], "count": count}
+
+
+def parse_oom_kill(line, source=None):
     """A kernel OOM kill (`Out of memory: Killed process 123 (python3) ...`, also from a
     memory cgroup) -> {pid, name, time}, or None. A launch matches the pid with the rank
     torchrun reported killed: the kernel, not the job, ended it."""
-    match = OOM_KILL.search(line)
+    found = _message(line, source)
+    match = found and OOM_KILL.match(found[0])
+    if not match:
+        return None
+    return {"pid": int(match.group("pid")), "name": match.group("name")[:64], "time": found[1]}
+
+
+def _host_event(message, time, shape):
+    _, kind, what, pattern = shape
+    match = pattern.match(message)
     if match is None:
         return None
-    return {"pid": int(match.group("pid")), "name": match.group("name")[:64],
-            "time": _log_time(line)}  # fmt: skip
+    found = match.groupdict()
+    if what is None:  # a machine-check bank: bit 61 of MCi_STATUS is UC (uncorrected)
+        what = "uncorrected" if int(found["status"], 16) >> 61 & 1 else "corrected"
+    return {"kind": kind, "what": what, "device": found.get("device"),
+            "count": int(found.get("count") or 1), "text": message[:300], "time": time}  # fmt: skip
 
 
-def parse_kernel_log(text):
-    """The Xid/SXid events of a kernel log: the last MAX_KERNEL_EVENTS, and how many; and
-    the last MAX_KERNEL_EVENTS OOM kills."""
-    events = []
+def parse_host_events(text, source=None):
+    """Machine checks, uncorrected memory errors and filesystem errors, in log order."""
+    events = []  # type: list[dict]
     matched = 0
-    for line in _marked_lines(text):
-        event = parse_kernel_event(line)
-        if event is not None:
+    seen = set()
+    for mark, shapes in HOST_MARKS.items():
+        for offset, line in _lines_with(text, mark):
+            found = _message(line, source)
+            event = found and next(
+                (e for e in (_host_event(found[0], found[1], s) for s in shapes) if e), None
+            )
+            if not event or offset in seen:
+                continue
+            seen.add(offset)
             matched += 1
-            events.append(event)
-            if len(events) > 2 * MAX_KERNEL_EVENTS:
-                del events[:-MAX_KERNEL_EVENTS]
-    kills = []
+            event["at"] = offset
+            _keep(events, event)
+    events.sort(key=lambda e: e["at"])
+    return events[-MAX_KERNEL_EVENTS:], matched
+
+
+def parse_kernel_log(text, source=None):
+    """The GPU and NVSwitch events of a kernel log (the last MAX_KERNEL_EVENTS, and how many),
+    the driver's last load, the last OOM kills and the host's own faults."""
+    events, matched = _gpu_events(text, source)
+    kills = []  # type: list[dict]
     for line in _marked_lines(text, OOM_MARK):
-        kill = parse_oom_kill(line)
+        kill = parse_oom_kill(line, source)
         if kill is not None:
-            kills.append(kill)
-            if len(kills) > 2 * MAX_KERNEL_EVENTS:
-                del kills[:-MAX_KERNEL_EVENTS]
-    return {"events": events[-MAX_KERNEL_EVENTS:], "matched": matched,
-            "oom_kills": kills[-MAX_KERNEL_EVENTS:]}  # fmt: skip
+            _keep(kills, kill)
+    host_events, host_matched = parse_host_events(text, source)
+    return {"events": events, "matched": matched, "driver_load": driver_load(text, source),
+            "oom_kills": kills[-MAX_KERNEL_EVENTS:], "host_events": host_events,
+            "host_matched": host_matched}  # fmt: skip
 
 
 def collect_kernel_log(options):
@@ -812,10 +1093,170 @@ def collect_kernel_log(options):
         except ToolError as error:
             failures.append(str(error))
             continue
-        found = parse_kernel_log(text[-KERNEL_LOG_BYTES:])
+        found = parse_kernel_log(text[-KERNEL_LOG_BYTES:], source)
         found["source"] = source
         return found
     return {"error": "kernel log unreadable: " + "; ".join(failures)}
+
+
+# -- NVMe health (nvme-cli) -----------------------------------------------------------------
+# Where `nvme` is installed: `nvme list -o json` names the namespaces, and one `nvme smart-log
+# DEV -o json` per controller (the SMART log is the controller's) gives its health. Bounded:
+# at most MAX_NVME controllers, each call its own timeout, all within the collector's.
+MAX_NVME = 16
+NVME_TIMEOUT = 5.0
+NVME_PATH = re.compile(r"^/dev/(nvme\d{1,4})n\d{1,6}$")
+NVME_FIELDS = ("critical_warning", "media_errors", "percent_used", "avail_spare",
+               "spare_thresh", "num_err_log_entries")  # fmt: skip
+
+
+def _bounded_text(value, limit=64):
+    """Node text kept short, printable ASCII only (model and serial numbers)."""
+    text = "".join(c if " " <= c <= "~" else "?" for c in str(value)).strip()
+    return text[:limit] or None
+
+
+def parse_nvme_list(text):
+    """`nvme list -o json` -> [(controller, device path, model, serial)], one per controller
+    (its first namespace), paths checked to be /dev/nvmeXnY."""
+    try:
+        listed = json.loads(text or "{}").get("Devices")
+    except (ValueError, AttributeError):
+        raise ToolError("nvme list printed no JSON document") from None
+    seen = {}
+    for item in listed if isinstance(listed, list) else []:
+        path = item.get("DevicePath") if isinstance(item, dict) else None
+        match = NVME_PATH.match(path) if isinstance(path, str) else None
+        if match and match.group(1) not in seen:
+            seen[match.group(1)] = (match.group(1), path, _bounded_text(item.get("ModelNumber")),
+                                    _bounded_text(item.get("SerialNumber")))  # fmt: skip
+    return list(seen.values())
+
+
+def _smart_number(value):
+    """A SMART count as nvme-cli prints it: a JSON number, a number in a string (128-bit
+    counters), or (-H) an object whose "value" is the number; None for anything else."""
+    if isinstance(value, dict):
+        value = value.get("value")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value < 2**63 else None
+    text = str(value).strip() if isinstance(value, str) else ""
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
+def parse_smart_log(text):
+    """`nvme smart-log DEV -o json` -> {critical_warning, media_errors, percent_used,
+    avail_spare, spare_thresh, num_err_log_entries}: each a number or None."""
+    try:
+        log = json.loads(text)
+    except ValueError:
+        raise ToolError("nvme smart-log printed no JSON document") from None
+    if not isinstance(log, dict):
+        raise ToolError("nvme smart-log printed no JSON object")
+    return {name: _smart_number(log.get(name)) for name in NVME_FIELDS}
+
+
+def collect_nvme(options):
+    """The SMART health of each NVMe controller, where nvme-cli is installed."""
+    if find_tool("nvme") is None:
+        return {"devices": [], "reason": "nvme not found"}
+    end = time.monotonic() + TOOL_TIMEOUT
+    controllers = parse_nvme_list(run_tool(["nvme", "list", "-o", "json"], NVME_TIMEOUT))
+    devices = []
+    for name, path, model, serial in controllers[:MAX_NVME]:
+        device = {"name": name, "model": model, "serial": serial}
+        left = min(NVME_TIMEOUT, end - time.monotonic())
+        try:
+            if left <= 0:
+                raise ToolError("not asked: the collector's time ran out")
+            device.update(
+                parse_smart_log(run_tool(["nvme", "smart-log", path, "-o", "json"], left))
+            )
+        except ToolError as error:
+            device["error"] = str(error)[:300]
+        devices.append(device)
+    return {"devices": devices, "count": len(controllers)}
+
+
+# -- processes stuck in uninterruptible sleep (D state) ----------------------------------------
+# One pass over /proc/PID/stat (a few microseconds a process). A process counts as stuck when it
+# is in D, is no kernel thread, has lived DSTATE_MIN_AGE seconds, and a second look
+# DSTATE_RECHECK seconds later finds it still in D without having used any CPU time; that
+# second look is taken only when the first found a candidate.
+DSTATE_MIN_AGE = 300.0
+DSTATE_RECHECK = 1.0
+MAX_PROCS = 100000
+MAX_DSTATE = 20
+PF_KTHREAD = 0x00200000
+
+
+def parse_proc_stat(text):
+    """/proc/PID/stat -> {comm, state, flags, cpu (utime+stime ticks), start (ticks after
+    boot)}; None when it is not that shape. The name may hold spaces and parentheses: the
+    fields start after the last ')'."""
+    head, sep, rest = (text or "").rpartition(")")
+    fields = rest.split()
+    if not sep or "(" not in head or len(fields) < 20:
+        return None
+    try:
+        return {"comm": head.partition("(")[2], "state": fields[0], "flags": int(fields[6]),
+                "cpu": int(fields[11]) + int(fields[12]), "start": int(fields[19])}  # fmt: skip
+    except ValueError:
+        return None
+
+
+def _in_d_state(path):
+    """The stat text of a process in D state, else None: raw bytes, one read, the state byte
+    looked at before anything is decoded (the pass over every process stays cheap)."""
+    try:
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            raw = os.read(handle, 4096)
+        finally:
+            os.close(handle)
+    except OSError:
+        return None
+    end = raw.rfind(b")")
+    return raw.decode("utf-8", "replace") if raw[end + 2 : end + 3] == b"D" else None
+
+
+def _dstate_candidates(proc, names, uptime, hz):
+    found = {}
+    for name in names:
+        text = _in_d_state(os.path.join(proc, name, "stat"))
+        stat = parse_proc_stat(text) if text else None
+        if stat is None or stat["state"] != "D" or stat["flags"] & PF_KTHREAD:
+            continue
+        age = uptime - stat["start"] / float(hz)
+        if age >= DSTATE_MIN_AGE:
+            stat["age"] = age
+            found[name] = stat
+    return found
+
+
+def collect_dstate(options):
+    """Processes stuck in D state: pid, name, the kernel function they wait in (wchan, where
+    readable), age; the first MAX_DSTATE and how many."""
+    proc = options.get("procfs", "/proc")
+    uptime = float((read_text(os.path.join(proc, "uptime")) or "0").split()[0])
+    hz = os.sysconf("SC_CLK_TCK")
+    names = [name for name in os.listdir(proc) if name.isdigit()][:MAX_PROCS]
+    first = _dstate_candidates(proc, names, uptime, hz)
+    stuck = []
+    if first:
+        time.sleep(DSTATE_RECHECK)
+    for name, stat in sorted(first.items(), key=lambda item: int(item[0])):
+        again = parse_proc_stat(read_text(os.path.join(proc, name, "stat")))
+        if again is None or again["state"] != "D" or (again["cpu"], again["start"]) != (
+            stat["cpu"], stat["start"]):  # fmt: skip
+            continue
+        wchan = read_text(os.path.join(proc, name, "wchan"))
+        stuck.append({"pid": int(name), "name": _bounded_text(stat["comm"], 32) or "?",
+                      "wchan": _bounded_text(wchan, 64) if wchan not in (None, "0") else None,
+                      "age_seconds": int(stat["age"])})  # fmt: skip
+    return {"processes": stuck[:MAX_DSTATE], "count": len(stuck), "scanned": len(names)}
 
 
 COLLECTORS = (
@@ -833,6 +1274,8 @@ COLLECTORS = (
     ("nvlink", collect_nvlink),
     ("memory", collect_memory),
     ("kernel_log", collect_kernel_log),
+    ("nvme", collect_nvme),
+    ("dstate", collect_dstate),
 )
 
 
@@ -873,7 +1316,9 @@ def probe(options):
 
         return run
 
-    jobs = {name: job(name, collector) for name, collector in COLLECTORS if name != "torch"}
+    # `host_devices: false` leaves NVMe and D state unread (benchmarks/bench_host_health.py)
+    skipped = {"torch"} if options.get("host_devices", True) else {"torch", "nvme", "dstate"}
+    jobs = {name: job(name, collector) for name, collector in COLLECTORS if name not in skipped}
     errors = run_parallel(jobs, options.get("timeout", TOOL_TIMEOUT + 5))
     for name, message in errors.items():
         facts[name] = {"error": message}

@@ -57,7 +57,12 @@ VARIABLE = "clusterkit"
 _VERSION_RULES: dict[str, Rule] = {
     name: constraint for name in ("driver", "cuda", "torch", "nccl", "python")
 }
-EXPECT_RULES: dict[str, Rule] = {"gpus_per_node": integer(0, 1024), **_VERSION_RULES}
+EXPECT_RULES: dict[str, Rule] = {
+    "gpus_per_node": integer(0, 1024),
+    **_VERSION_RULES,
+    "ib_ports": integer(0, 64),
+    "ib_rate_gbps": number(above=0, unit="Gb/s"),
+}
 
 BENCH_RULES: dict[str, Rule] = {
     "minbytes": size,

@@ -57,3 +57,26 @@ def test_restricted_dmesg_falls_back_to_journalctl(
     failed = finding(report, "gpu.xid", "fail")
     assert failed["hosts"] == ["node3"]
     assert report["hosts"]["node3"]["facts"]["kernel_log"]["source"] == "journalctl"
+
+
+MCE_FATAL = "mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 1: b000000000000000"
+NULL_ARGV = (
+    "process 'x' launched '/tmp/NVRM: Xid (PCI:0000:{bus}:00): 79, pid=0, GPU has fallen off "
+    "the bus.' with NULL argv: empty string added"
+)
+
+
+def test_a_machine_check_fails_its_node_and_a_users_exec_path_fails_none(
+    cluster: NetCluster, cluster_inventory: Path
+) -> None:
+    """The host's own fault comes from the same kernel-log read; text any user can put in the
+    kernel log (the path of an exec with an empty argv) was read as an Xid 79 before."""
+    bus, _ = gpu_bus(cluster, 0, 0)
+    cluster.nodes[0].set_kernel_log([NULL_ARGV.format(bus=bus)])
+    cluster.nodes[1].set_kernel_log([MCE_FATAL])
+    status, report, _ = check(cluster_inventory)
+    failed = finding(report, "host.mce", "fail")
+    assert failed["hosts"] == ["node2"] and "b000000000000000" in failed["message"]
+    assert not [f for f in xid_findings(report) if f["status"] != "ok"], xid_findings(report)
+    assert report["hosts"]["node1"]["facts"]["kernel_log"]["events"] == []
+    assert status == 1

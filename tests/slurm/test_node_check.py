@@ -171,3 +171,45 @@ def test_an_nvlink_link_down_drains_naming_gpu_and_link_and_resumes_once_up(
     assert status == 0 and report["details"]["slurm"]["action"] == "resume"
     state, reason = slurm.node_state("node3")
     assert "DRAIN" not in state and reason == "", state  # NOT_RESPONDING may show a moment
+
+
+def test_a_node_running_a_job_is_never_drained_for_what_the_job_uses(
+    slurm: SlurmCluster,
+) -> None:
+    """Slurm runs the health check on allocated nodes too (HealthCheckNodeState=ANY): a
+    node whose GPUs and memory hold a running job's processes was drained as `gpu.busy`.
+    node-check judges the node, not the job: shown, not judged, never drained."""
+    with slurm.allocation(3):
+        assert slurm.node_state("node2")[0] in ("ALLOCATED", "MIXED")  # a job runs there
+        job = [
+            {"gpu": gpu, "pid": 4242, "name": "python", "used_memory": 70000} for gpu in range(8)
+        ]
+        slurm.net["node2"].set_gpus(processes=job)
+        status, report, _ = node_check(slurm, "node2", "--slurm-drain")
+        assert status == 0, [(f["id"], f["message"]) for f in report["findings"]
+                             if f["status"] not in ("ok", "skip")]  # fmt: skip
+        (busy,) = [f for f in report["findings"] if f["id"] == "gpu.busy"]
+        assert busy["status"] == "skip" and busy["message"].startswith("not judged: ")
+        assert "4242" in busy["message"]  # still shown: a person can see what runs there
+        assert "DRAIN" not in slurm.node_state("node2")[0]
+
+
+def test_a_node_whose_python3_has_no_torch_is_not_drained_unless_asked(
+    slurm: SlurmCluster,
+) -> None:
+    """Jobs bring their own Python (containers, venvs): the node's /usr/bin/python3 without
+    torch drained it. Judged only when the admin names the job's Python."""
+    argv = ["env", f"SLURM_CONF={slurm.conf}", sys.executable, "-m", "clusterkit",
+            "node-check", "--format", "json", "--slurm-drain"]  # fmt: skip
+    done = subprocess.run(
+        slurm.net["node3"].ssh_argv(*argv), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    (torch,) = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "torch.present"]
+    assert torch["status"] == "skip" and "not installed" in torch["message"]
+    assert "DRAIN" not in slurm.node_state("node3")[0]
+    asked = subprocess.run(
+        slurm.net["node3"].ssh_argv(*argv, "--python", "/usr/bin/python3"),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert asked.returncode == 1 and "DRAIN" in slurm.node_state("node3")[0]

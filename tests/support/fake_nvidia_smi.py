@@ -48,6 +48,10 @@ FIELD_UNITS = {
     "index": "",
     "minor_number": "",
     "vbios_version": "",
+    "inforom.img": "",
+    "inforom.oem": "",
+    "inforom.ecc": "",
+    "inforom.pwr": "",
     "display_mode": "",
     "display_active": "",
     "persistence_mode": "",
@@ -78,6 +82,14 @@ FIELD_UNITS = {
     "ecc.errors.uncorrected.volatile.total": "",
     "ecc.errors.corrected.aggregate.total": "",
     "ecc.errors.uncorrected.aggregate.total": "",
+    "ecc.errors.corrected.volatile.sram": "",
+    "ecc.errors.corrected.volatile.dram": "",
+    "ecc.errors.uncorrected.volatile.sram": "",
+    "ecc.errors.uncorrected.volatile.dram": "",
+    "ecc.errors.corrected.aggregate.sram": "",
+    "ecc.errors.corrected.aggregate.dram": "",
+    "ecc.errors.uncorrected.aggregate.sram": "",
+    "ecc.errors.uncorrected.aggregate.dram": "",
     "pcie.link.gen.gpumax": "",
     "pcie.link.gen.hostmax": "",
     "clocks_event_reasons.active": "",
@@ -91,6 +103,8 @@ FIELD_UNITS = {
     "remapped_rows.failure": "",
     "mig.mode.current": "",
     "mig.mode.pending": "",
+    "reset_status.reset_required": "",
+    "reset_status.drain_and_reset_recommended": "",
 }
 
 # Alternative spellings nvidia-smi accepts; the header shows the canonical name.
@@ -110,6 +124,8 @@ FIELD_ALIASES = {
     "pcie.link.gen.gpucurrent": "pcie.link.gen.current",
     "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
     "retired_pages.dbe": "retired_pages.double_bit.count",
+    "inforom.image": "inforom.img",
+    "inforom.power": "inforom.pwr",
     # the name before driver 535; a driver whose state lists the new name as unknown
     # prints this one in the header
     "clocks_throttle_reasons.active": "clocks_event_reasons.active",

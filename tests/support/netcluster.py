@@ -60,6 +60,7 @@ SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 FAKE_NVIDIA_SMI = Path(__file__).resolve().with_name("fake_nvidia_smi.py")
+FAKE_NVME = Path(__file__).resolve().with_name("fake_nvme.py")
 # A healthy node's kernel log: ordinary lines, some of them NVIDIA's, none an Xid.
 HEALTHY_KERNEL_LOG = (
     "Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP",
@@ -249,6 +250,14 @@ def gpu_inventory(
                 "serial": str(1654922000000 + node_index * 100 + index),
                 "pci.bus_id": f"00000000:{bus:02X}:00.0",
                 "vbios_version": "96.00.99.00.01",
+                # an H100 SXM's InfoROM image as `-q` prints it (G520 board)
+                "inforom.img": "G520.0200.00.05",
+                "inforom.oem": "2.1",
+                "inforom.ecc": "7.16",
+                "inforom.pwr": "[N/A]",
+                # the driver's verdict after an unrecoverable error (R550 prints No/No)
+                "reset_status.reset_required": "No",
+                "reset_status.drain_and_reset_recommended": "No",
                 "persistence_mode": "Enabled" if persistence else "Disabled",
                 "display_mode": "Disabled",
                 "display_active": "Disabled",
@@ -263,6 +272,8 @@ def gpu_inventory(
                 "utilization.memory": 0,
                 "temperature.gpu": 27 + (node_index * 3 + index * 5) % 9,
                 "temperature.memory": 35 + (node_index + index) % 5,
+                # degrees left before the slowdown temperature (90 C on an H100 SXM)
+                "temperature.gpu.tlimit": 90 - (27 + (node_index * 3 + index * 5) % 9),
                 "power.draw": round(68.0 + ((node_index * 7 + index * 13) % 90) / 10, 2),
                 "power.limit": power_limit,
                 "enforced.power.limit": power_limit,
@@ -286,6 +297,14 @@ def gpu_inventory(
                 "ecc.errors.uncorrected.volatile.total": errors,
                 "ecc.errors.corrected.aggregate.total": 0,
                 "ecc.errors.uncorrected.aggregate.total": errors,
+                "ecc.errors.corrected.volatile.sram": 0,
+                "ecc.errors.corrected.volatile.dram": 0,
+                "ecc.errors.uncorrected.volatile.sram": 0,
+                "ecc.errors.uncorrected.volatile.dram": errors,
+                "ecc.errors.corrected.aggregate.sram": 0,
+                "ecc.errors.corrected.aggregate.dram": 0,
+                "ecc.errors.uncorrected.aggregate.sram": 0,
+                "ecc.errors.uncorrected.aggregate.dram": errors,
                 # Hopper repairs memory by remapping rows; page retirement is Volta's
                 "retired_pages.single_bit_ecc.count": "[N/A]",
                 "retired_pages.double_bit.count": "[N/A]",
@@ -613,6 +632,20 @@ class Node:
         )
         wrapper.chmod(0o755)
 
+    def set_nvme(self, devices: list[dict[str, Any]] | None) -> None:
+        """nvme-cli on this node: `devices` as tests/support/fake_nvme.py reads them
+        ({"name": "nvme0", "smart": {"media_errors": 3}}, ...), answered as nvme-cli 2.x
+        prints; None: no `nvme` on the node (the default)."""
+        wrapper, state = self.bin_dir / "nvme", self.dir / "nvme.json"
+        if devices is None:
+            wrapper.unlink(missing_ok=True)
+            state.unlink(missing_ok=True)
+            return
+        state.write_text(json.dumps({"devices": devices}))
+        stand_in = shlex.join([STAND_IN_PYTHON, "-S", "-E", str(FAKE_NVME), str(state)])
+        wrapper.write_text(f'#!/bin/sh\nexec {stand_in} "$@"\n')
+        wrapper.chmod(0o755)
+
     def dcgm_calls(self) -> list[str]:
         calls = self.dir / "dcgmi.calls"
         return calls.read_text().splitlines() if calls.exists() else []
@@ -711,6 +744,7 @@ class Node:
         self.set_gpus()
         self.set_kernel_log()
         self.set_dcgm()
+        self.set_nvme(None)
         if not self.sshd_running:
             self.start_sshd()
 

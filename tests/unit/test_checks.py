@@ -58,7 +58,8 @@ def test_healthy_cluster_every_check_ok() -> None:
         "gpu.busy", "gpu.visible", "gpu.arch", "torch.cpu-build", "parity.memory",
         "host.memory-free",
         "gpu.row-remap", "gpu.retired-pages", "gpu.pcie-width", "gpu.clock-reasons",
-        "gpu.xid", "nvswitch.sxid",
+        "gpu.xid", "nvswitch.sxid", "host.mce", "host.edac", "host.filesystem",
+        "gpu.sram-ecc", "gpu.temperature",
     }  # fmt: skip
     assert {f.id: f.status for f in findings.values() if f.status is not Status.OK} == {}
     assert findings["parity.nccl"].expected == "2.21.5"
@@ -160,7 +161,7 @@ def test_each_parity_check_catches_one_odd_host(check_id: str, edit, odd_value: 
 
 
 def test_parity_nccl_falls_back_to_the_wheel_when_torch_was_not_imported() -> None:
-    hosts = healthy(2)
+    hosts = healthy(3)
     for f in hosts.values():
         f["torch"]["nccl"] = None
     hosts["node2"]["torch"]["nccl_wheel"] = "2.19.3"
@@ -169,12 +170,17 @@ def test_parity_nccl_falls_back_to_the_wheel_when_torch_was_not_imported() -> No
     assert finding.expected == "2.21.5" and finding.found == {"node2": "2.19.3"}
 
 
-def test_parity_tie_goes_to_the_first_host_in_inventory_order() -> None:
+def test_parity_tie_blames_no_host() -> None:
+    """2 against 2 (or 1 against 1) has no majority: naming the hosts after the first value
+    in inventory order blamed healthy nodes in a launch's post-mortem and re-check."""
     values = {"a": "550", "b": "535", "c": "535", "d": "550"}
-    assert majority(values) == "550"
-    assert majority({"b": "535", "a": "550", "d": "550", "c": "535"}) == "535"
-    finding = parity_finding("parity.driver", "NVIDIA driver", values)
-    assert finding.hosts == ["b", "c"]
+    assert majority(values) == "550"  # a value to show, never a verdict
+    for tied in (values, {"a": "550", "b": "535"}):
+        finding = parity_finding("parity.driver", "NVIDIA driver", tied)
+        assert finding.status is Status.FAIL and finding.hosts == []
+        assert "no value has a majority" in finding.message and finding.found == tied
+    finding = parity_finding("parity.driver", "NVIDIA driver", {**values, "e": "535"})
+    assert finding.hosts == ["a", "d"]
 
 
 def test_parity_majority_beats_order() -> None:

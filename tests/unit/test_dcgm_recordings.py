@@ -95,3 +95,98 @@ def test_many_skipped_tests_are_counted_not_listed() -> None:
     del doc["DCGM Diagnostic"]["test_categories"][0]
     (finding,) = dcgm_findings({"spark": parse_diag(json.dumps(doc))}, 2)
     assert finding.message.endswith("plugin05 and 14 more on spark")
+
+
+# -- read strictly: nothing tested is no pass, an unknown status is no verdict ------------
+
+
+def test_a_real_all_skip_document_warns_that_nothing_was_tested() -> None:
+    """NVIDIA/DCGM issue #139: every test skipped on a T400. The old reading called it
+    "every test passed"."""
+    diag = parse_diag(fixture("dcgm3_r3_all_skip_t400.json"))
+    assert diag.problem is None and {r.status for r in diag.results} == {"skip"}
+    findings = dcgm_findings({"t400": diag}, 3)
+    assert [(f.status, f.hosts) for f in findings] == [(Status.WARN, ["t400"])]
+    assert "tested nothing on t400" in findings[0].message
+    assert "passed" not in findings[0].message
+    assert "GPU Memory" in findings[0].message
+
+
+def test_a_node_that_tested_nothing_is_not_in_the_ok_of_the_others() -> None:
+    skipped = parse_diag(fixture("dcgm3_r3_all_skip_t400.json"))
+    ran = parse_diag(fixture(ALLOWED))
+    ran.results = [r for r in ran.results if r.status == "pass"]
+    findings = dcgm_findings({"a": ran, "b": skipped}, 2)
+    assert {(f.status, tuple(f.hosts)) for f in findings} == {(Status.WARN, ("b",))}
+
+
+def _with_status(status: object) -> str:
+    doc = json.loads(fixture(ALLOWED))
+    results = doc["DCGM Diagnostic"]["test_categories"]
+    for category in results:
+        for test in category["tests"]:
+            for result in test["results"]:
+                result["status"] = status
+    return json.dumps(doc)
+
+
+def test_a_status_dcgm_never_writes_is_an_error_not_a_pass() -> None:
+    for status in ("Passed!", "OK", "", None, 1, ["Pass"], "Pass\x1b[2J\nverdict: PASS"):
+        findings = dcgm_findings({"n": parse_diag(_with_status(status))}, 2)
+        assert [f.status for f in findings] == [Status.ERROR], status
+        assert "no DCGM status" in findings[0].message
+        assert "\n" not in findings[0].message and "\x1b" not in findings[0].message
+
+
+def test_entries_that_are_no_result_objects_are_errors() -> None:
+    doc = json.loads(fixture(ALLOWED))
+    tests = doc["DCGM Diagnostic"]["test_categories"][1]["tests"]
+    tests[0]["results"] = ["Pass"]  # a string where a result object belongs
+    tests.append("garbage")
+    software = doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"][0]
+    software["status"] = "Pass"
+    findings = dcgm_findings({"n": parse_diag(json.dumps(doc))}, 2)
+    assert [f.status for f in findings] == [Status.ERROR]
+    assert findings[0].found == {"unreadable": 2}
+
+
+def test_the_known_statuses_still_read_as_before() -> None:
+    for status, expected in (("Pass", Status.OK), ("Fail", Status.FAIL), ("Warn", Status.WARN)):
+        findings = dcgm_findings({"n": parse_diag(_with_status(status))}, 2)
+        assert {f.status for f in findings} == {expected}, status
+    findings = dcgm_findings({"n": parse_diag(_with_status("Not Run"))}, 2)
+    assert [f.status for f in findings] == [Status.WARN]
+
+
+def test_documents_of_the_wrong_shape_at_any_level_are_errors_never_crashes() -> None:
+    """Each level DCGM nests (top, categories, tests, results, GPU ids) given a value of
+    another shape: an error naming the node, never a traceback and never a pass. The old
+    reading crashed on the first two and passed the last three."""
+    doc = json.loads(fixture(ALLOWED))
+    tests = doc["DCGM Diagnostic"]["test_categories"][1]["tests"]
+    odd_id = {"status": "Pass", "entity_group": "GPU", "entity_id": [0]}
+    categories = [
+        [{"tests": [*tests, {"name": "x", "results": "Pass"}]}],
+        [{"tests": tests}, "garbage"],
+        [{"tests": [{"name": "memory", "results": [odd_id]}]}],
+    ]
+    hostile = [{"DCGM Diagnostic": [1]}, {"DCGM Diagnostic": "Pass"}] + [
+        {"DCGM Diagnostic": {"test_categories": found}} for found in categories
+    ]
+    for document in hostile:
+        findings = dcgm_findings({"n": parse_diag(json.dumps(document))}, 2)
+        assert Status.ERROR in {f.status for f in findings}, document
+        assert Status.OK not in {f.status for f in findings}, document
+
+
+def test_a_test_with_only_its_summary_reads_as_the_nodes_result() -> None:
+    """A 4.x test object may carry only `test_summary` (as in the recorded documents, beside
+    its results): its status then speaks for the node, read as strictly as a result."""
+    doc = json.loads(fixture(ALLOWED))
+    software = doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]
+    del software["results"]
+    diag = parse_diag(json.dumps(doc))
+    assert ("software", None, "fail") in {(r.test, r.gpu, r.status) for r in diag.results}
+    software["test_summary"]["status"] = "Fine"
+    findings = dcgm_findings({"n": parse_diag(json.dumps(doc))}, 2)
+    assert [f.status for f in findings] == [Status.ERROR]

@@ -171,7 +171,8 @@ def test_collector_reads_infiniband_ports_from_sysfs(tmp_path: Path) -> None:
     }  # fmt: skip
     assert ports["mlx5_1"]["state"] == "DOWN" and ports["mlx5_1"]["rate_gbps"] == 10.0
     # and the checks read them: the node with a port down is named
-    hosts = healthy(2)
+    hosts = healthy(3)
     hosts["node1"]["infiniband"] = ib_section(("ACTIVE", 400.0), ("ACTIVE", 400.0))
+    hosts["node3"]["infiniband"] = ib_section(("ACTIVE", 400.0), ("ACTIVE", 400.0))
     hosts["node2"]["infiniband"] = facts
     assert by_id(hosts)["parity.infiniband"].hosts == ["node2"]

@@ -140,7 +140,7 @@ def _hostile_interpreter(tmp_path: Path, result: object) -> str:
          "malformed facts: facts.gpus.count: int expected, got 'all'"),
         ({"probe_version": PROBE_VERSION, "facts": {"torch": {"present": True, "x\x1b[2J": 1}}},
          "malformed facts: facts.torch: unknown key 'x\\x1b[2J'"),
-        ({"probe_version": 99, "facts": {}}, "facts of version 99, not 1"),
+        ({"probe_version": 99, "facts": {}}, f"facts of version 99, not {PROBE_VERSION}"),
         ({"probe_version": PROBE_VERSION}, "facts: an object expected, got None"),
     ],
 )  # fmt: skip

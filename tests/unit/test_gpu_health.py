@@ -31,7 +31,8 @@ SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 H100_IDLE = (
     "0, GPU-ad1516b7-3ce3-59df-bd39-e0342e9309d7, NVIDIA H100 80GB HBM3, 550.54.15, 81559, 0, "
     "00000000:19:00.0, Enabled, Enabled, 0, 9.0, 1654922000100, 0, 0, No, No, [N/A], [N/A], "
-    "[N/A], 1, 5, 16, 16, 0x0000000000000001, 29, 37\n"
+    "[N/A], 1, 5, 16, 16, 0x0000000000000001, 29, 37, 58, 0, 0, 0, 96.00.A5.00.01, "
+    "G520.0200.00.05, No, No\n"
 )
 # Under load: SW power cap and application clocks are normal too; lifetime corrected remaps
 REMAPS_KEPT = H100_IDLE.replace("0, 0, No, No", "5, 1, No, No").replace(
@@ -47,7 +48,8 @@ HOT = H100_IDLE.replace("0x0000000000000001", "0x0000000000000060").replace("29,
 V100 = (
     "0, GPU-1f2e3d4c-0000-1111-2222-333344445555, Tesla V100-SXM2-32GB, 525.147.05, 32768, 0, "
     "00000000:1A:00.0, Enabled, Enabled, 0, 7.0, 0323618012345, [N/A], [N/A], [N/A], [N/A], "
-    "1, 1, Yes, 3, 3, 16, 16, 0x0000000000000000, 41, 38\n"
+    "1, 1, Yes, 3, 3, 16, 16, 0x0000000000000000, 41, 38, [N/A], 0, 0, 0, 88.00.4F.00.09, "
+    "G503.0201.00.03, [N/A], [N/A]\n"
 )
 
 
@@ -67,6 +69,8 @@ def test_an_idle_healthy_gpu_is_quiet_and_so_are_kept_remaps_and_normal_reasons(
     assert {f.id: f.status for f in findings} == {
         "gpu.row-remap": Status.OK,
         "gpu.retired-pages": Status.OK,
+        "gpu.sram-ecc": Status.OK,
+        "gpu.temperature": Status.OK,
         "gpu.pcie-width": Status.OK,
         "gpu.clock-reasons": Status.OK,
     }

@@ -51,6 +51,13 @@ Q_PATHS = {
     "pcie.link.width.max": "PCI/GPU Link Info/Link Width/Max",
     "temperature.gpu": "Temperature/GPU Current Temp",
     "temperature.memory": "Temperature/Memory Current Temp",
+    "temperature.gpu.tlimit": "Temperature/GPU T.Limit Temp",
+    "ecc.errors.corrected.volatile.sram": "ECC Errors/Volatile/SRAM Correctable",
+    "ecc.errors.corrected.aggregate.sram": "ECC Errors/Aggregate/SRAM Correctable",
+    # 535 prints one line; 560 splits it into Parity and SEC-DED (their sum, below)
+    "ecc.errors.uncorrected.aggregate.sram": "ECC Errors/Aggregate/SRAM Uncorrectable",
+    "vbios_version": "VBIOS Version",
+    "inforom.img": "Inforom Version/Image Version",
 }
 
 
@@ -94,6 +101,11 @@ def query_value(gpu: dict[str, str], field: str, index: int) -> str:
         return str(index)
     if field == "clocks_event_reasons.active":
         return reasons_mask(gpu)
+    split = [
+        gpu.get(f"ECC Errors/Aggregate/SRAM Uncorrectable {kind}") for kind in ("Parity", "SEC-DED")
+    ]
+    if field == "ecc.errors.uncorrected.aggregate.sram" and all(v and v.isdigit() for v in split):
+        return str(sum(int(v or 0) for v in split))
     value = gpu.get(Q_PATHS.get(field, ""), "N/A")
     if value == "N/A":
         return "[N/A]"
@@ -158,9 +170,89 @@ def test_healthy_recordings_of_older_generations_are_quiet() -> None:
     assert problems(findings) == {}
     assert {f.id for f in findings} == {
         "gpu.row-remap", "gpu.retired-pages", "gpu.pcie-width", "gpu.clock-reasons",
+        "gpu.sram-ecc", "gpu.temperature",
     }  # fmt: skip
 
 
 def test_all_recordings_together_name_each_fault_on_its_own_host_only() -> None:
     findings = gpu_health_findings(facts(a10=A10_PENDING, titan=TITAN_V))
     assert problems(findings) == {("gpu.row-remap", Status.FAIL): ["a10"]}
+
+
+H100 = ("a-560.35.03-h100.txt", 0)
+
+
+def test_the_recorded_h100_reads_its_firmware_temperature_margin_and_sram_counts() -> None:
+    """560.35.03 on an H100 SXM: T.Limit 53 C at 34 C, SRAM counts 0 (uncorrectable split into
+    parity and SEC-DED), VBIOS and InfoROM as `-q` prints them."""
+    (gpu,) = facts(h100=H100)["h100"]["gpus"]["devices"]
+    assert (gpu["temperature.gpu"], gpu["temperature.gpu.tlimit"]) == ("34", "53")
+    assert (gpu["vbios_version"], gpu["inforom.img"]) == ("96.00.A5.00.01", "G520.0200.00.05")
+    assert gpu["ecc.errors.corrected.aggregate.sram"] == "0"
+    assert gpu["ecc.errors.uncorrected.aggregate.sram"] == "0"
+    findings = gpu_health_findings(facts(h100=H100, a10=A10_PENDING, titan=TITAN_V))
+    assert problems(findings) == {("gpu.row-remap", Status.FAIL): ["a10"]}
+    by_id = {f.id: f for f in findings if f.status is Status.OK}
+    assert by_id["gpu.temperature"].hosts == ["h100", "a10", "titan"]
+
+
+def _edited(name: str, **lines: str) -> str:
+    """A recording with `-q` lines replaced: {"GPU T.Limit Temp": "-1 C"} keeps the layout."""
+    text = (SMI / name).read_text()
+    for key, value in lines.items():
+        text = re.sub(rf"^(\s*{re.escape(key)}\s*: ).*$", rf"\g<1>{value}", text, flags=re.M)
+    return text
+
+
+def _facts_of_text(host: str, text: str) -> dict:
+    devices = parse_gpu_csv(query_line(text))
+    return {host: {"gpus": {"count": len(devices), "devices": devices}}}
+
+
+def test_the_h100_at_its_temperature_limit_fails_and_near_it_warns() -> None:
+    hot = _facts_of_text("hot", _edited("a-560.35.03-h100.txt", **{
+        "GPU Current Temp": "88 C", "GPU T.Limit Temp": "-1 C"}))  # fmt: skip
+    warm = _facts_of_text("warm", _edited("a-560.35.03-h100.txt", **{
+        "GPU Current Temp": "84 C", "GPU T.Limit Temp": "3 C"}))  # fmt: skip
+    findings = gpu_health_findings({**hot, **warm})
+    assert problems(findings) == {
+        ("gpu.temperature", Status.FAIL): ["hot"], ("gpu.temperature", Status.WARN): ["warm"],
+    }  # fmt: skip
+    failed = next(f for f in findings if f.status is Status.FAIL)
+    assert "GPU at 88 C, 1 C past its maximum operating temperature" in failed.message
+    assert "cooling" in (failed.remedy or "")
+    assert drain_notes(hot["hot"]) == [
+        "GPU 0 00000000:DB:00.0 over temperature needs cooling check"
+    ]
+
+
+def test_without_a_margin_a_hot_gpu_warns_from_85_c() -> None:
+    """The A10 prints `GPU T.Limit Temp : N/A`: the fixed bound applies."""
+    text = _edited("q-535.129.03-a10-remap-pending.txt", **{"GPU Current Temp": "86 C"})
+    findings = gpu_health_findings(_facts_of_text("a10", text))
+    assert ("gpu.temperature", Status.WARN) in problems(findings)
+    cool = gpu_health_findings(facts(a10=A10_PENDING))
+    assert ("gpu.temperature", Status.WARN) not in problems(cool)
+
+
+def test_high_sram_counts_warn_and_many_uncorrectable_remaps_fail() -> None:
+    sram = _facts_of_text("sram", _edited("a-560.35.03-h100.txt", **{
+        "SRAM Correctable": "10001"}))  # fmt: skip
+    lifetime = _facts_of_text("lifetime", _edited("a-560.35.03-h100.txt", **{
+        "SRAM Uncorrectable SEC-DED": "1"}))  # fmt: skip
+    worn = _facts_of_text("worn", _edited("a-560.35.03-h100.txt", **{
+        "Uncorrectable Error": "513"}))  # fmt: skip
+    edge = _facts_of_text("edge", _edited("a-560.35.03-h100.txt", **{
+        "SRAM Correctable": "10000", "Uncorrectable Error": "512"}))  # fmt: skip
+    findings = gpu_health_findings({**sram, **lifetime, **worn, **edge})
+    assert problems(findings) == {
+        ("gpu.sram-ecc", Status.WARN): ["sram", "lifetime"],
+        ("gpu.row-remap", Status.FAIL): ["worn"],
+        ("gpu.row-remap", Status.WARN): ["edge"],
+    }  # fmt: skip
+    messages = " ".join(f.message for f in findings)
+    assert "corrected SRAM ECC errors 10001 since reset, 10001 lifetime (over 10000)" in messages
+    assert "too many rows remapped for uncorrectable errors (513, over 512)" in messages
+    assert drain_notes(worn["worn"]) == [
+        "GPU 0 00000000:DB:00.0 too many rows remapped for uncorrectable errors needs replacement"
+    ]

@@ -108,7 +108,7 @@ def test_a_saved_report_must_hold_facts_this_clusterkit_reads() -> None:
     report = {"verdict": "pass", "probe_version": PROBE_VERSION, "hosts": hosts}
     assert report_problem(report, 1, 60, ["node1", "node2"]) is None
     older = {k: v for k, v in report.items() if k != "probe_version"}
-    assert "probe version None, this clusterkit reads 1" in (
+    assert f"probe version None, this clusterkit reads {PROBE_VERSION}" in (
         report_problem(older, 1, 60, ["node1", "node2"]) or ""
     )
     odd = dict(report, hosts={**hosts, "node2": {"facts": {"gpus": {"count": "8"}}}})

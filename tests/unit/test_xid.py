@@ -34,20 +34,22 @@ def test_both_xid_shapes_parse_under_every_tool_prefix() -> None:
         app = parse_kernel_event(prefix + APP)
         assert new == {
             **{"kind": "xid", "pci": "0000:38:00", "code": 79, "pid": "<unknown>"},
-            **{"name": None, "text": "GPU has fallen off the bus.", "time": time},
+            **{"name": None, "text": "GPU has fallen off the bus.", "time": time, "fatal": None},
         }
         assert (old["pci"], old["code"], old["pid"], old["name"]) == ("0000:3b:00", 79, 0, None)
         assert (app["pid"], app["name"], app["code"]) == (2345, "python3", 13)
         assert app["text"].startswith("Graphics SM Warp Exception on (GPC 0")
 
 
-def test_sxid_lines_parse_and_continuations_do_not_count() -> None:
+def test_sxid_lines_parse_and_continuations_join_their_record() -> None:
     event = parse_kernel_event("[ 5.1] " + SXID)
     assert (event["kind"], event["pci"], event["code"]) == ("sxid", "0000:05:00", 12028)
+    assert (event["fatal"], event["part"]) == (False, False)
     more = SXID.replace(
         "Non-fatal, Link 32 egress non-posted PRIV error (First)", "Severity 0 Engine instance 32"
     )
-    assert parse_kernel_event(more) is None
+    assert parse_kernel_event("[ 5.1] " + more)["part"] is True
+    assert len(parse_kernel_log(f"[ 5.1] {SXID}\n[ 5.1] {more}\n")["events"]) == 1
 
 
 def test_ordinary_lines_and_lookalikes_are_not_events() -> None:
@@ -74,9 +76,14 @@ def test_the_log_scan_finds_the_same_events_as_reading_every_line() -> None:
     )
     every_line = [e for e in map(parse_kernel_event, text.splitlines()) if e is not None]
     found = parse_kernel_log(text)
-    assert found["events"] == every_line
+    for event in every_line:
+        event.pop("part", None)
+    assert [{k: v for k, v in e.items() if k != "at"} for e in found["events"]] == every_line
     assert [e["time"] for e in every_line] == [f"uptime {n}.0 s" for n in range(1, 5)]
-    assert parse_kernel_log(filler) == {"events": [], "matched": 0, "oom_kills": []}
+    assert parse_kernel_log(filler) == {
+        **{"events": [], "matched": 0, "oom_kills": [], "driver_load": None},
+        **{"host_events": [], "host_matched": 0},
+    }
 
 
 def test_the_catalog_buckets_of_common_codes() -> None:
