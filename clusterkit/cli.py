@@ -159,6 +159,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+HANG_TIMEOUT = 1800.0  # torch's default process-group timeout for gloo: a job stuck longer dies
+
+
+def _hang_seconds(text: str) -> float | None:
+    """--hang-timeout: positive SECONDS, or 0 for off."""
+    if text.strip() in ("0", "0.0", "off"):
+        return None
+    return _positive_float(text)
+
+
 def _add_seconds(
     group: argparse.ArgumentParser | argparse._ArgumentGroup,
     flag: str,
@@ -959,11 +969,24 @@ def _add_launch_job(parser: argparse.ArgumentParser) -> None:
 def _add_supervision(parser: argparse.ArgumentParser) -> None:
     """How `launch` watches the running job: logs, hangs, stops and time limits."""
     watch = parser.add_argument_group("supervision")
-    watch.add_argument("--log-dir", metavar="DIR", help="write DIR/HOST-RANK.log and stack dumps")
-    _add_seconds(
-        watch,
+    watch.add_argument(
+        "--log-dir", metavar="DIR", help="rank logs and stack dumps, DIR/attempt-N/ per attempt"
+    )
+    watch.add_argument(
         "--hang-timeout",
-        "no rank printed for this long: dump every rank's stack and stop (default: off)",
+        type=_hang_seconds,
+        default=HANG_TIMEOUT,
+        metavar="SECONDS",
+        help="no rank advanced for this long (no collective completed on any rank, no rank "
+        "computing outside one; what the ranks print does not count): dump every rank's "
+        f"stack and flight record and stop; 0 turns it off (default: {HANG_TIMEOUT:g}, "
+        "torch's own gloo timeout)",
+    )
+    watch.add_argument(
+        "--straggler-fault",
+        action="store_true",
+        help="a node named as a straggler during the run stops the job as a node fault (with "
+        "spares, the job moves off it); without it the straggler is only named",
     )
     watch.add_argument(
         "--stacks",
@@ -1229,7 +1252,11 @@ OUTPUT_FLAGS = {
     "result_json": "-J",
     "plot": "--plot",
     "digest_file": "--digest-file",
+    "check_output": "--check-output",
+    "exclude_file": "--exclude-file",
 }
+# Written by one command only: `cost --trace` is a file read, `launch --trace` one written.
+COMMAND_OUTPUT_FLAGS = {"launch": {"trace": "--trace"}}
 
 
 def dispatch(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
@@ -1237,7 +1264,8 @@ def dispatch(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
     command runs as `run(args, env)`, with the run's streams, variables and folder."""
     from clusterkit.report import ensure_writable
 
-    for dest, flag in OUTPUT_FLAGS.items():
+    outputs = {**OUTPUT_FLAGS, **COMMAND_OUTPUT_FLAGS.get(getattr(args, "command", ""), {})}
+    for dest, flag in outputs.items():
         if getattr(args, dest, None):
             ensure_writable(getattr(args, dest), flag)
     module_name, _, function_name = args.handler.partition(":")

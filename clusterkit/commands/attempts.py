@@ -23,18 +23,19 @@ from clusterkit.environment import Environment
 from clusterkit.facts import FactsByHost, HostFacts, collected
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.faults import Fault, classify
-from clusterkit.launch.incidents import Incident, restart_minutes
+from clusterkit.launch.incidents import Incident, attempt_folder_name, restart_minutes
 from clusterkit.launch.plan import LaunchSettings
 from clusterkit.launch.spares import NodePool, problems_by_host
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.report.escape import printable
+from clusterkit.safefiles import PrivateFolder
 from clusterkit.stages import Session, Stage, run_stages
 from clusterkit.stages.launch import LaunchStage, outcome_details
 from clusterkit.stages.session import NoProgress, SessionOptions
 
 RECHECK_STAGES = ("probe", "static", "network")  # fast: seconds, not the bench's minutes
 POSTMORTEM_STAGES = ("probe", "static")  # what a failed attempt's survivors say of themselves
-RECOVERABLE = ("failed", "lost", "hung")  # what a restart may cure; not a time limit
+RECOVERABLE = ("failed", "lost", "hung", "slow")  # what a restart may cure; not a time limit
 RESTART_VARIABLE = "CLUSTERKIT_RESTART"  # the attempt number, 0 first: resume when > 0
 
 
@@ -53,8 +54,9 @@ class Attempts:
     note: Callable[[str], None]
     # How stages reach the nodes: as they are over SSH; each in one job step under srun.
     steps: Callable[[list[Stage]], list[Stage]] = list
-    # Told of every node a node fault leaves out, with why (Slurm: drain, or say how).
-    left_out: Callable[[str, str], None] = lambda host, why: None
+    # Told of every node a node fault leaves out, with why, and whether the node's own
+    # evidence says so (Slurm: drain only then, or say how).
+    left_out: Callable[[str, str, bool], None] = lambda host, why, its_own: None
     incidents: list[Incident] = field(default_factory=list)
     outcome: JobOutcome | None = None
     facts: FactsByHost = field(default_factory=dict)  # of the running node set
@@ -109,12 +111,30 @@ class Attempts:
 
     def _run_attempt(self, session: Session, settings: LaunchSettings) -> JobOutcome | None:
         incident = self.incidents[-1] if self.incidents and self.attempt else None
-        options = replace(self.options, on_running=self._on_running(incident))
+        folder = self._attempt_folder()
+        options = replace(self.options, on_running=self._on_running(incident), log_dir=folder)
         stage = LaunchStage(settings, options, gated=False, strict=self.args.strict)
-        run_stages(session, self.steps([stage]))
+        try:
+            run_stages(session, self.steps([stage]))
+        finally:
+            if folder is not None:
+                folder.close()
         if stage.outcome is None:
             self._say(f"clusterkit: nothing was started: {session.stages.get('launch')}")
         return stage.outcome
+
+    def _attempt_folder(self) -> PrivateFolder | None:
+        """This attempt's own folder in --log-dir, `attempt-N`, checked like --log-dir
+        itself: a restart never overwrites the rank logs and stacks of the fault that caused
+        it. One that cannot be used is told, and the attempt runs without logs."""
+        top = self.options.log_dir
+        if top is None:
+            return None
+        try:
+            return PrivateFolder.open(top.child(attempt_folder_name(self.attempt)))
+        except OSError as error:
+            self._say(f"clusterkit: --log-dir: attempt {self.attempt} is not logged: {error}")
+            return None
 
     def _on_running(self, incident: Incident | None) -> Callable[[], None] | None:
         if incident is None:
@@ -144,8 +164,9 @@ class Attempts:
             hang_missing=outcome.hang.missing if outcome.hang else (),
             node_problems=evidence[0],
             oom_pids=evidence[1],
+            straggler=_straggler(outcome),
         )
-        incident = Incident(self.attempt, detected, fault)
+        incident = Incident(self.attempt, detected, fault, evidence=outcome.evidence)
         incident.stop_s = time.time() - detected
         self.incidents.append(incident)
         action = self._action(fault)
@@ -174,7 +195,7 @@ class Attempts:
     ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         incident.excluded = self.pool.exclude({h: [fault.reason] for h in fault.hosts})
         for host in incident.excluded:
-            self.left_out(host, fault.reason)
+            self.left_out(host, fault.reason, host in fault.own_evidence)
         found = self.settle(incident)
         incident.recheck_s = time.time() - detected
         return found
@@ -209,7 +230,7 @@ class Attempts:
                 self._say(f"clusterkit: {host} fails the re-check, left out: {why[0]}")
             left_out = self.pool.exclude(problems)
             for host in left_out:
-                self.left_out(host, problems[host][0])
+                self.left_out(host, problems[host][0], True)  # its own failing checks
             if incident is not None:
                 incident.excluded += left_out
 
@@ -299,6 +320,12 @@ def _oom_pids(facts: HostFacts | None) -> list[int]:
     """The pids the kernel's OOM killer killed on this node since boot."""
     log = collected((facts or HostFacts()).get("kernel_log"))
     return [pid for kill in log.get("oom_kills", []) if (pid := kill.get("pid")) is not None]
+
+
+def _straggler(outcome: JobOutcome) -> tuple[str, str] | None:
+    """(host, why) when the attempt was stopped for a straggler (--straggler-fault)."""
+    found = outcome.straggler
+    return (found.host, found.describe()) if outcome.result == "slow" and found else None
 
 
 def _wall(monotonic: float | None) -> float:

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,6 +45,7 @@ from clusterkit.slurm.drain import drain_command, drain_left_out
 from clusterkit.slurm.target import SlurmTarget
 from clusterkit.stages import Session, build_report, run_stages
 from clusterkit.stages.connect import ConnectStage
+from clusterkit.stages.launch import job_finding
 from clusterkit.stages.probe import ProbeStage
 from clusterkit.stages.session import NoProgress, SessionOptions
 from clusterkit.status import ExitStatus
@@ -185,13 +186,21 @@ def node_pool(
 
 def slurm_left_out(
     args: argparse.Namespace, env: Environment, srun: SrunSession
-) -> Callable[[str, str], None]:
+) -> Callable[[str, str, bool], None]:
     """What leaving a Slurm node out does: no later step goes there; with --slurm-drain the
     node is drained with the reason (where this user may), else the admin's command is
-    printed."""
+    printed. A node blamed only by the job (what it printed, its memory, where its ranks
+    waited) is left out of this run and never drained for everyone else."""
 
-    def left_out(host: str, why: str) -> None:
+    def left_out(host: str, why: str, its_own: bool) -> None:
         srun.unlaunchable.setdefault(host, f"left out by clusterkit: {why}")
+        if not its_own:
+            note(
+                env,
+                f"clusterkit: {host} not drained: only the job's output or behaviour blames "
+                "it, not the node's own evidence (kernel log, nvidia-smi, its checks)",
+            )
+            return
         if args.slurm_drain:
             problem = drain_left_out(host, why, env.environ)
             if problem is None:
@@ -227,6 +236,9 @@ def record_run(args: argparse.Namespace, env: Environment, gate: Gate, attempts:
             note(env, printable(f"clusterkit: --trace {args.trace}: not written: {error}"))
     if args.check_output and gate.session is not None:
         gate.session.details["launch"] = attempts.details()
+        if attempts.outcome is not None:  # the report's verdict is the launch's, not the gate's
+            gate.session.findings.append(replace(job_finding(attempts.outcome), stage="launch"))
+            gate.session.stages["launch"] = "ran"
         report = build_report(gate.session, "launch", seconds=0.0, strict=args.strict)
         emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
 
@@ -240,6 +252,7 @@ def supervise_options(args: argparse.Namespace, env: Environment) -> SuperviseOp
     log_dir = open_folder("--log-dir", args.log_dir) if args.log_dir else None
     return SuperviseOptions(
         hang_timeout=args.hang_timeout,
+        straggler_fault=args.straggler_fault,
         stop_grace=args.stop_grace,
         node_timeout=args.node_timeout,
         stacks=args.stacks,
@@ -348,6 +361,8 @@ def report_problem(report: Any, age: float, max_age: float, hosts: list[str]) ->
         return "not a clusterkit JSON report"
     if report.get("verdict") != "pass":
         return f"its verdict is {report.get('verdict')!r}, not pass"
+    if problem := launch_problem(report.get("details")):
+        return problem
     if age > max_age:
         return f"it is {age:.0f} s old, more than --max-age {max_age:g}"
     named = sorted(report["hosts"])
@@ -360,6 +375,21 @@ def report_problem(report: Any, age: float, max_age: float, hosts: list[str]) ->
             report_facts(entry)
         except MalformedFacts as error:
             return f"host {name}: {error}"
+    return None
+
+
+def launch_problem(details: object) -> str | None:
+    """A launch's report is a gate only for a launch that succeeded on every node it
+    started with: one that failed, or left a node out, vouches for nobody."""
+    launch = details.get("launch") if isinstance(details, dict) else None
+    if launch is None:
+        return None
+    if not isinstance(launch, dict) or launch.get("result") != "succeeded":
+        result = launch.get("result") if isinstance(launch, dict) else launch
+        return f"it records a launch that did not succeed ({str(result)[:40]!r})"
+    if excluded := launch.get("excluded"):
+        names = ", ".join(str(host)[:64] for host in excluded)[:300]
+        return f"it records a launch that left nodes out ({names})"
     return None
 
 
@@ -490,16 +520,20 @@ def report_outcome(outcome: JobOutcome, options: SuperviseOptions, env: Environm
     if first is not None and first.last_lines:
         lines.append(f"clusterkit: last lines of {first.who}:")
         lines += [f"  {line}" for line in first.last_lines[-10:]]
+    if (remedy := outcome.remedy) is not None:
+        lines.append(f"clusterkit: remedy: {remedy.line()}")
     if outcome.hang is not None:
         hang = outcome.hang
         for odd in hang.odd_ones_out:
             lines.append(f"clusterkit: odd one out: {odd}")
         if hang.missing:
             lines.append(f"clusterkit: no stacks from {', '.join(hang.missing)}")
-        if options.log_dir is not None:
-            lines.append(f"clusterkit: stack dumps in {options.log_dir}/stacks-HOST-RANK.txt")
+        if outcome.evidence is not None:
+            lines.append(f"clusterkit: stack dumps in {outcome.evidence}/stacks-HOST-RANK.txt")
         for dropped in hang.malformed:
             lines.append(f"clusterkit: malformed stack dump from {dropped}")
+    if outcome.evidence is not None and first is not None:
+        lines.append(f"clusterkit: this attempt's rank logs in {outcome.evidence}")
     lines.append(f"clusterkit: exit status {outcome.status}")
     text = "\n".join(printable(line) for line in lines)  # node text: one line each, inert
     note(env, text)

@@ -2,7 +2,9 @@
 
 A node fault is worth a spare: the node was lost, the kernel killed a rank (its OOM killer
 names the rank's pid), CUDA or NCCL named failing hardware, the node fails its own checks
-since (a new Xid, a pending row remap), or a hang's stacks single out its ranks. Anything
+since (a new Xid, a pending row remap), or a hang's stacks single out its ranks. Only the
+node's own evidence (lost, or failing its own checks) may drain it for everyone: what a job
+prints, how much memory it takes and where its ranks wait are the job's doing. Anything
 else is the job's own doing (an exception, the same failure everywhere, every rank stuck in
 the same place) and is retried only when the user allows it: a bug that raises at step 5
 raises there on every node and every attempt.
@@ -49,6 +51,10 @@ class Fault:
     evidence: tuple[str, ...] = ()
     rank: int | None = None
     ranks: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # host -> failed ranks
+    # The faulty hosts blamed on their own evidence (lost, or failing their own checks after
+    # the stop: kernel log, nvidia-smi), not on what the job printed or where its ranks
+    # waited: only these may be drained for every user of the cluster.
+    own_evidence: tuple[str, ...] = ()
 
     @property
     def node(self) -> bool:
@@ -62,21 +68,26 @@ def classify(
     hang_missing: Sequence[str] = (),
     node_problems: Mapping[str, Sequence[str]] | None = None,
     oom_pids: Mapping[str, Iterable[int]] | None = None,
+    straggler: tuple[str, str] | None = None,
 ) -> Fault:
     """The fault behind a failed attempt.
 
     `failures`: every failure the supervisor saw; `hang_groups`/`hang_missing`: the hang's
     stacks grouped by wait point, and the hosts whose stacks never came; `node_problems`:
     host -> the failing findings of the nodes' checks run after the stop; `oom_pids`: host
-    -> pids the kernel's OOM killer killed (from the node's log)."""
+    -> pids the kernel's OOM killer killed (from the node's log); `straggler`: (host, why)
+    when the run was stopped because that node held the others back (--straggler-fault)."""
     found: dict[str, list[str]] = {}
+    own: list[str] = []
 
-    def blame(host: str, why: str) -> None:
+    def blame(host: str, why: str, *, its_own: bool = False) -> None:
         found.setdefault(host, []).append(why)
+        if its_own and host not in own:
+            own.append(host)
 
     for item in failures:
         if item.lost:
-            blame(item.host, f"{item.host} was lost: no answer from its node process")
+            blame(item.host, f"{item.host} was lost: no answer from its node process", its_own=True)
     kills = {host: set(pids) for host, pids in (oom_pids or {}).items()}
     for item in failures:
         if item.signal_name == "SIGKILL" and item.pid in kills.get(item.host, set()):
@@ -88,9 +99,11 @@ def classify(
                 break
     for host, problems in (node_problems or {}).items():
         for problem in problems:
-            blame(host, f"{host} fails its checks now: {problem}")
+            blame(host, f"{host} fails its checks now: {problem}", its_own=True)
     for host in hang_missing:
         blame(host, f"{host} sent no stacks during the hang")
+    if straggler is not None:
+        blame(straggler[0], straggler[1])
     if (odd := singled_out(hang_groups)) is not None:
         host, where = odd
         blame(host, f"only {host}'s ranks were elsewhere during the hang ({where})")
@@ -98,7 +111,7 @@ def classify(
     if found:
         hosts = tuple(found)
         evidence = tuple(why for host in hosts for why in found[host])
-        return Fault(NODE, hosts, evidence[0], evidence, ranks=ranks)
+        return Fault(NODE, hosts, evidence[0], evidence, ranks=ranks, own_evidence=tuple(own))
     return job_fault(failures, hang_groups, ranks)
 
 

@@ -5,7 +5,8 @@ job), the evidence, and what was done. A recovery is timed from the detection: e
 stopped, the new node set checked, every rank of the next attempt running (the restart
 overhead; the job's reload from its checkpoint comes after). The incidents are written as
 a trace `clusterkit cost --trace` reads, so the spot-vs-on-demand estimate can use what
-restarting really costs on this cluster.
+restarting really costs on this cluster. With --log-dir each attempt keeps its evidence (rank
+logs, torchrun's log, stacks) in its own folder, and every incident names it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Incident:
     running_s: float | None = None  # detection -> every rank of the next attempt running
     excluded: list[str] = field(default_factory=list)  # left out because of this incident
     spares: list[str] = field(default_factory=list)  # taken because of it
+    evidence: str | None = None  # the failed attempt's folder in --log-dir, when kept
 
     @property
     def time(self) -> str:
@@ -43,9 +45,10 @@ class Incident:
         rank = f" rank {fault.rank}" if fault.rank is not None else ""
         evidence = f": {fault.reason}" if fault.reason else ""
         action = f" -> {self.action}" if self.action else ""
+        kept = f" (evidence in {self.evidence})" if self.evidence else ""
         # The evidence quotes the ranks' own lines: node data, made inert for a terminal.
         return printable(
-            f"incident {self.time} {fault.kind} fault on {where}{rank}{evidence}{action}"
+            f"incident {self.time} {fault.kind} fault on {where}{rank}{evidence}{action}{kept}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,7 +69,13 @@ class Incident:
             "running_s": _round(self.running_s),
             "excluded": self.excluded,
             "spares": self.spares,
+            "evidence_dir": self.evidence,
         }
+
+
+def attempt_folder_name(attempt: int) -> str:
+    """The folder of attempt N (0: the first run) in --log-dir."""
+    return f"attempt-{attempt:d}"
 
 
 def _round(value: float | None) -> float | None:
@@ -94,6 +103,8 @@ def trace_text(incidents: Sequence[Incident], nodes: int, hours: float) -> str:
         lines.append(f"# restart-min: {minutes:.4g}")
     for incident in incidents:
         if incident.fault.node:
+            if incident.evidence:  # a comment line: `cost --trace` skips it
+                lines.append(printable(f"# evidence of the fault below: {incident.evidence}"))
             for host in incident.fault.hosts:
                 lines.append(f"{incident.time} {host}")
     return "\n".join(lines) + "\n"

@@ -15,11 +15,14 @@ program's messages through them).
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
 from clusterkit.facts import shape_problem
 
 LARGEST_ID = 2**31  # ranks and pids are below it: they name files and processes
+# A dump names the ranks of one node: more entries than any node runs are not read (a
+# hostile node's 20,000 entries once became 20,000 files).
+MAX_DUMP_ENTRIES = 1024
 StacksMethod = Literal["py-spy", "faulthandler"]
 
 
@@ -47,12 +50,39 @@ class _RankEntry(TypedDict):
     sources: dict[str, str]  # "file:line" -> that line of source, read on the node
 
 
+class FlightEntry(TypedDict):
+    """One collective of a rank's flight record (torch's entry, reduced on the node)."""
+
+    pg: str  # the process group's id
+    seq: int  # collective_seq_id: counts the group's collectives, from 1
+    op: str  # profiling_name, e.g. gloo:all_reduce
+    sizes: str  # input_sizes, as JSON text
+    state: str
+    created_ns: int  # time_created_ns, the node's clock
+
+
 class RankDump(_RankEntry, total=False):
     """One rank's stacks, as the node read them (launch/stacks.py parses `raw`)."""
 
     method: StacksMethod
     raw: str  # py-spy's `dump --json` output, or faulthandler's text
     error: str  # why there is no stack, or only part of one
+    flight: list[FlightEntry]  # its flight record's last collectives (launch/flight.py)
+
+
+class RankProgress(TypedDict):
+    """What one rank did lately, sampled on its node every few seconds."""
+
+    rank: int
+    pid: int
+    cpu: float  # seconds of CPU time (utime + stime) since it started
+    # process group -> [last collective enqueued, last completed]; None before it has one
+    groups: dict[str, list[int]] | None
+
+
+class Progress(TypedDict):
+    event: Literal["progress"]
+    ranks: list[RankProgress]
 
 
 class Dump(TypedDict):
@@ -71,7 +101,7 @@ class Exit(_Exit, total=False):
     error: str  # why it could not start, or could not be ended
 
 
-ControlMessage = Started | Alive | Dump | Exit
+ControlMessage = Started | Alive | Dump | Progress | Exit
 _SHAPES: dict[str, type[Started] | type[Alive] | type[Exit]] = {
     "started": Started,
     "alive": Alive,
@@ -80,7 +110,7 @@ _SHAPES: dict[str, type[Started] | type[Alive] | type[Exit]] = {
 
 
 class _Event(TypedDict):
-    event: Literal["started", "alive", "dump", "exit"]
+    event: Literal["started", "alive", "dump", "progress", "exit"]
 
 
 def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
@@ -90,6 +120,8 @@ def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
     event = raw.get("event") if isinstance(raw, dict) else None
     if event == "dump":
         return _dump(cast(dict[str, object], raw))
+    if event == "progress":
+        return _progress(cast(dict[str, object], raw))
     shape = _SHAPES.get(event) if isinstance(event, str) else None
     if shape is None:
         envelope = {"event": event} if isinstance(raw, dict) else raw
@@ -102,23 +134,63 @@ def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
 
 def _dump(raw: dict[str, object]) -> tuple[Dump, list[str]]:
     """The well-formed rank entries of a dump, and why each other part was dropped."""
-    dropped = [f"dump: unknown key {key!r:.40}" for key in raw if key not in ("event", "ranks")]
+    kept, dropped = _rank_entries(raw, "dump", RankDump)
+    return Dump(event="dump", ranks=kept), dropped
+
+
+def _progress(raw: dict[str, object]) -> tuple[Progress, list[str]]:
+    kept, dropped = _rank_entries(raw, "progress", RankProgress)
+    return Progress(event="progress", ranks=kept), dropped
+
+
+def _rank_entries(raw: dict[str, object], event: str, shape: Any) -> tuple[list[Any], list[str]]:
+    """The well-formed entries of a message's `ranks`, each checked alone, and why each
+    other part was dropped; at most MAX_DUMP_ENTRIES are read."""
+    dropped = [f"{event}: unknown key {key!r:.40}" for key in raw if key not in ("event", "ranks")]
     ranks = raw.get("ranks")
     if not isinstance(ranks, list):
-        not_a_list = shape_problem(ranks, list[RankDump], "dump.ranks")
-        return Dump(event="dump", ranks=[]), [*dropped, str(not_a_list)]
-    kept: list[RankDump] = []
-    for index, entry in enumerate(ranks):
-        path = f"dump.ranks[{index}]"
-        problem = shape_problem(entry, RankDump, path) or _ids_problem(entry, path)
+        return [], [*dropped, str(shape_problem(ranks, list[shape], f"{event}.ranks"))]
+    if len(ranks) > MAX_DUMP_ENTRIES:
+        read = f"only the first {MAX_DUMP_ENTRIES} read"
+        dropped.append(f"{event}.ranks: {len(ranks)} entries, {read}")
+    kept = []
+    for index, entry in enumerate(ranks[:MAX_DUMP_ENTRIES]):
+        path = f"{event}.ranks[{index}]"
+        problem = shape_problem(entry, shape, path) or _ids_problem(entry, path)
         if problem is None:
             kept.append(entry)
         else:
             dropped.append(problem)
-    return Dump(event="dump", ranks=kept), dropped
+    return kept, dropped
 
 
-def _ids_problem(entry: RankDump, path: str) -> str | None:
+_Entry = TypeVar("_Entry", RankDump, RankProgress)
+
+
+def own_ranks(
+    entries: list[_Entry], ranks: range, event: str = "dump"
+) -> tuple[list[_Entry], list[str]]:
+    """The entries of a node's dump for the ranks that node runs (known from the plan, not
+    from the node), each rank once: a node speaks only for its own ranks, never for another
+    node's. The others are dropped and named."""
+    kept: dict[int, _Entry] = {}
+    dropped: list[str] = []
+    for entry in entries:
+        rank = entry["rank"]
+        if rank not in ranks:
+            dropped.append(f"{event}: rank {rank} is not one of this node's ({_span(ranks)})")
+        elif rank in kept:
+            dropped.append(f"{event}: rank {rank} answered twice, the first kept")
+        else:
+            kept[rank] = entry
+    return list(kept.values()), dropped
+
+
+def _span(ranks: range) -> str:
+    return f"{ranks.start}-{ranks.stop - 1}" if len(ranks) > 1 else str(ranks.start)
+
+
+def _ids_problem(entry: RankDump | RankProgress, path: str) -> str | None:
     """A rank below 0 or a pid below 1, or either too large to name a file or process."""
     for key, value, lowest in (("rank", entry["rank"], 0), ("pid", entry["pid"], 1)):
         if not lowest <= value < LARGEST_ID:

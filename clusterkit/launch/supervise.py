@@ -35,9 +35,19 @@ from typing import Any, TextIO
 
 from clusterkit.errors import TransportError
 from clusterkit.launch import failure as failures
-from clusterkit.launch import stacks
-from clusterkit.launch.messages import ControlMessage, MalformedControl, RankDump, parse_control
+from clusterkit.launch import flight, stacks
+from clusterkit.launch.messages import (
+    ControlMessage,
+    MalformedControl,
+    RankDump,
+    RankProgress,
+    own_ranks,
+    parse_control,
+)
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
+from clusterkit.launch.progress import ProgressWatch, Sample, Straggler
+from clusterkit.launch.remedies import Remedy, remedy_for
+from clusterkit.redact import redact_text
 from clusterkit.report.escape import printable
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
 from clusterkit.safefiles import PrivateFolder
@@ -50,6 +60,10 @@ FAILURE_GRACE = 2.0  # after a node fails, how long the others may report their 
 DUMP_SECONDS = 45.0  # every node's stack dumps are back by then (py-spy: ~0.1 s a rank)
 STOP_MARGIN = 8.0  # beyond the stop grace, before a node's process group is killed
 NODE_TIMEOUT = 60.0  # no byte from a node (heartbeats come every 5 s): it is lost
+# After the other nodes reported their end, how long one may still run with no rank printing
+# before it is stopped: a rank may still write a last checkpoint, but a node that keeps its
+# heartbeat and never reports would hold the launch forever without --time-limit.
+EXIT_WAIT = 600.0
 LAST_LINES = 20  # kept per rank for the failure report
 HUNG_STATUS = 124  # like timeout(1): the job was stopped because it made no progress
 _RANK_LINE = re.compile(rb"^\[rank(\d{1,9})\]:(.*)$", re.S)  # a rank, not a 5000-digit number
@@ -82,11 +96,13 @@ class SuperviseOptions:
     stop_grace: float = 5.0  # ranks get this long after SIGTERM before SIGKILL
     stacks: str = "auto"  # how ranks' stacks are read: auto, py-spy, faulthandler
     node_timeout: float = NODE_TIMEOUT
+    exit_wait: float = EXIT_WAIT
     time_limit: float | None = None  # None: as long as it runs
     log_dir: PrivateFolder | None = None  # checked and held open by the caller
     out: TextIO | None = None  # where `host/rank: line` goes (default: stdout)
     note: Callable[[str], None] = print  # clusterkit's own messages
     on_running: Callable[[], None] | None = None  # called once every rank has printed
+    straggler_fault: bool = False  # a straggler named during the run stops it as a node fault
 
 
 @dataclass
@@ -96,6 +112,7 @@ class HangReport:
     missing: list[str]  # hosts whose dumps did not come back
     reason: str
     malformed: list[str] = field(default_factory=list)  # "host: what was dropped"
+    flight: list[str] = field(default_factory=list)  # where the flight records part
 
     @property
     def summary(self) -> str:
@@ -109,7 +126,7 @@ class HangReport:
 @dataclass
 class JobOutcome:
     status: int
-    result: str  # succeeded, failed, lost, hung, interrupted
+    result: str  # succeeded, failed, lost, hung, slow, stopped, interrupted
     message: str
     first_failure: failures.Failure | None = None
     hang: HangReport | None = None
@@ -118,6 +135,15 @@ class JobOutcome:
     all_failures: list[failures.Failure] = field(default_factory=list)  # every one seen
     detected_at: float | None = None  # monotonic: the first failure, or the hang, seen
     running_at: float | None = None  # monotonic: every rank had printed (it runs)
+    evidence: str | None = None  # the --log-dir folder this attempt's logs and stacks went to
+    straggler: Straggler | None = None  # the node named as holding the job back, if any
+
+    @property
+    def remedy(self) -> Remedy | None:
+        """What to do about the first failure's error, when it is a common one (our words,
+        selected by its last lines, never quoting them)."""
+        first = self.first_failure
+        return None if first is None else remedy_for(first.last_lines)
 
 
 @dataclass
@@ -142,6 +168,12 @@ class _Node:
     @property
     def host(self) -> str:
         return self.plan.host
+
+    @property
+    def ranks(self) -> range:
+        """The global ranks this node runs: torchrun numbers them node by node."""
+        per_node = int(self.plan.env.get("NPROC_PER_NODE", "1"))
+        return range(self.plan.node_rank * per_node, (self.plan.node_rank + 1) * per_node)
 
 
 class Supervisor:
@@ -175,6 +207,8 @@ class Supervisor:
         self.ranks_expected = sum(int(item.env.get("NPROC_PER_NODE", "1")) for item in plan)
         self.ranks_seen: set[tuple[str, int]] = set()
         self.running_at: float | None = None
+        self.progress = ProgressWatch()
+        self.straggler: Straggler | None = None
 
     # --- the node threads -------------------------------------------------------------
 
@@ -289,15 +323,17 @@ class Supervisor:
         if rank is not None and text.startswith(own := f"[rank{rank}]:"):
             text = text[len(own) :].lstrip(" ")  # torch's own prefix on its error lines
         who = f"{node.host}/{rank}" if rank is not None else node.host
+        shown = redact_text(text)  # relayed like every other output: secrets redacted
         # Once we stop the job, torchrun's complaints about being stopped go to the log only.
         if rank is not None or self.stopping_since is None:
-            print(f"{who}: {text}", file=self.options.out, flush=True)
-        self._log(node.host, rank, text)
+            print(f"{who}: {shown}", file=self.options.out, flush=True)
+        self._log(node.host, rank, shown)
         if rank is None:
             node.agent_lines.append(text)
         else:
             self.last_lines.setdefault((node.host, rank), deque(maxlen=LAST_LINES)).append(text)
-            self.last_progress = time.monotonic()
+            if not self.progress.reported:  # a job judged by what it does, once it says
+                self.last_progress = time.monotonic()
             self._seen(node.host, rank)
         if _WATCHDOG.search(text) and not self.hang_reason:
             self.hang_reason = f"NCCL's watchdog reported a timeout on {who}"
@@ -335,7 +371,10 @@ class Supervisor:
         if message["event"] == "started":
             node.stacks_method = message["stacks"]
         elif message["event"] == "dump":
-            node.dump, node.dump_problems = message["ranks"], dropped
+            node.dump, foreign = own_ranks(message["ranks"], node.ranks)
+            node.dump_problems = [*dropped, *foreign]
+        elif message["event"] == "progress":
+            self._progress(node, own_ranks(message["ranks"], node.ranks, "progress")[0])
         elif message["event"] == "exit":
             node.exit_code = message["code"]
             node.reported_at = time.monotonic()
@@ -353,6 +392,23 @@ class Supervisor:
                     node.reported_at,
                 ):
                     self._fail(item)
+
+    def _progress(self, node: _Node, ranks: list[RankProgress]) -> None:
+        """The node's ranks' samples: progress for the hang clock, and the straggler."""
+        now = time.monotonic()
+        for entry in ranks:
+            groups = entry["groups"]
+            counters = None if groups is None else {
+                group: (pair[0], pair[1]) for group, pair in groups.items() if len(pair) == 2
+            }  # fmt: skip
+            if self.progress.add(node.host, entry["rank"], Sample(now, entry["cpu"], counters)):
+                self.last_progress = now
+        if self.straggler is None and (found := self.progress.straggler()) is not None:
+            self.straggler = found
+            self.options.note(printable(f"clusterkit: {found.describe()}"))
+            if self.options.straggler_fault and self.failed_at is None:
+                self.failed_at = now
+                self._stop_all(f"{found.host} is a straggler (--straggler-fault)")
 
     def _fail(self, item: failures.Failure) -> None:
         self.failures.append(item)
@@ -380,12 +436,20 @@ class Supervisor:
                 self._analyse_hang(missing=[n.host for n in waiting])
                 self._stop_all("the job hung")
             return
+        if overdue := self._exit_overdue(now):
+            self.options.note(printable(f"clusterkit: {overdue}: stopping it"))
+            self._stop_all(overdue)
+            return
         hang = self.options.hang_timeout
-        # The clock starts at the first line a rank prints: imports and the rendezvous
-        # (bounded by its own join timeout) are not progress a job can report.
-        started = self.last_lines
+        # The clock starts at the first sign of a rank (a line, a sample): imports and the
+        # rendezvous (bounded by its own join timeout) are not progress a job can report.
+        started = self.last_lines or self.progress.last
         if hang and started and now - self.last_progress > hang and not self.hang_reason:
-            self.hang_reason = f"no rank printed anything for {hang:g} s"
+            self.hang_reason = (
+                f"no rank advanced for {hang:g} s (no collective completed, no rank computing)"
+                if self.progress.reported
+                else f"no rank printed anything for {hang:g} s"
+            )
         if self.hang_reason:
             self.options.note(f"clusterkit: {self.hang_reason}: collecting every rank's stack")
             self.dump_since = now
@@ -394,6 +458,21 @@ class Supervisor:
             return
         if deadline.remaining() <= self.options.stop_grace + STOP_MARGIN:
             self._stop_all("the time limit was reached")
+
+    def _exit_overdue(self, now: float) -> str | None:
+        """Why the nodes still running are overdue: every other node reported its end
+        `exit_wait` ago and none of their ranks printed since; None while they are not."""
+        ended = [n.reported_at for n in self.nodes.values() if n.reported_at is not None]
+        waiting = [n.host for n in self._live() if n.reported_at is None]
+        if not ended or not waiting:
+            return None
+        quiet = now - max(*ended, self.last_progress)
+        if quiet <= self.options.exit_wait:
+            return None
+        return (
+            f"{', '.join(waiting)} sent no exit report and no rank line "
+            f"{self.options.exit_wait:g} s after the other nodes ended"
+        )
 
     def _live(self) -> list[_Node]:
         return [n for n in self.nodes.values() if not n.ended and not n.lost]
@@ -416,14 +495,28 @@ class Supervisor:
         ]
         groups = stacks.group_ranks(parsed)
         dropped = [f"{n.host}: {why}" for n in self.nodes.values() for why in n.dump_problems]
-        self.hang = HangReport(groups, parsed, missing, self.hang_reason, dropped)
+        records = {
+            (node.host, entry["rank"]): entry["flight"]
+            for node in self.nodes.values()
+            for entry in node.dump or []
+            if "flight" in entry
+        }
+        parted = flight.divergence(records)
+        self.hang = HangReport(groups, parsed, missing, self.hang_reason, dropped, parted)
         self._write_log(lambda folder: self._write_stacks(folder, parsed))
+        self._write_log(lambda folder: self._write_records(folder, records))
 
     @staticmethod
     def _write_stacks(folder: PrivateFolder, parsed: list[stacks.RankStack]) -> None:
         for stack in parsed:
             # Only checked values name the file: the host from the plan, the rank an int.
             folder.write(f"stacks-{stack.host}-{stack.rank:d}.txt", stack.render())
+
+    @staticmethod
+    def _write_records(folder: PrivateFolder, records: Mapping[tuple[str, int], Any]) -> None:
+        for (host, rank), entries in records.items():
+            text = json.dumps({"host": host, "rank": rank, "entries": entries}, indent=1)
+            folder.write(f"flight-{host}-{rank:d}.json", text + "\n")
 
     def _abandon(self) -> None:
         """A second Ctrl-C: stop waiting for confirmations; the sweep still runs."""
@@ -480,6 +573,9 @@ class Supervisor:
         outcome.all_failures = list(self.failures)
         outcome.detected_at = self.failed_at if self.failed_at is not None else self.dump_since
         outcome.running_at = self.running_at
+        outcome.straggler = self.straggler
+        if self.options.log_dir is not None:
+            outcome.evidence = str(self.options.log_dir)
         return outcome
 
     def _verdict(self) -> JobOutcome:
@@ -494,8 +590,15 @@ class Supervisor:
                 seconds=seconds,
             )
         if self.hang is not None:
-            message = f"the job hung ({self.hang.reason}): {self.hang.summary or 'no stacks'}"
+            stacks_said = f"stacks: {self.hang.summary}" if self.hang.summary else "no stacks"
+            where = "; ".join([*self.hang.flight, stacks_said])
+            message = f"the job hung ({self.hang.reason}): {where}"
             return JobOutcome(HUNG_STATUS, "hung", message, None, self.hang, codes, seconds)
+        if self.straggler is not None and self.options.straggler_fault and not self.failures:
+            return JobOutcome(
+                int(ExitStatus.INCOMPLETE), "slow", self.straggler.describe(), None, None, codes,
+                seconds,
+            )  # fmt: skip
         first = failures.first_failure(self.failures)
         if first is not None:
             result = "lost" if first.lost else "failed"

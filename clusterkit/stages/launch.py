@@ -64,18 +64,27 @@ class LaunchStage(Stage):
 def job_finding(outcome: JobOutcome) -> Finding:
     status = Status.OK if outcome.status == 0 else Status.FAIL
     hosts = [outcome.first_failure.host] if outcome.first_failure else []
-    return Finding("launch.job", status, f"job {outcome.result}: {outcome.message}", hosts=hosts)
+    remedy = outcome.remedy
+    return Finding(
+        "launch.job",
+        status,
+        f"job {outcome.result}: {outcome.message}",
+        hosts=hosts,
+        remedy=remedy.line() if remedy is not None else None,
+    )
 
 
 def outcome_details(outcome: JobOutcome) -> dict[str, Any]:
     first = outcome.first_failure
     hang = outcome.hang
+    remedy = outcome.remedy
     return {
         "result": outcome.result,
         "exit_status": outcome.status,
         "message": outcome.message,
         "seconds": round(outcome.seconds, 3),
         "node_exit_codes": outcome.node_codes,
+        "evidence_dir": outcome.evidence,
         "first_failure": None
         if first is None
         else {
@@ -84,6 +93,7 @@ def outcome_details(outcome: JobOutcome) -> dict[str, Any]:
             "exit_code": first.exit_code,
             "signal": first.signal_name,
             "last_lines": list(first.last_lines),
+            "remedy": None if remedy is None else {"id": remedy.key, "text": remedy.line()},
         },
         "hang": None
         if hang is None

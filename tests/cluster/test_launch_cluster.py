@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import signal
@@ -105,7 +106,7 @@ def test_a_ddp_job_trains_to_the_end_with_the_checked_settings(
         )
         assert joined in done.stdout, done.stdout[-3000:]
         assert f"{node.name}/{rank}: done rank={rank} sum_of_ranks=3" in done.stdout
-        log = (logs / f"{node.name}-{rank}.log").read_text()
+        log = (logs / "attempt-0" / f"{node.name}-{rank}.log").read_text()
         assert "step 2 loss" in log and log.count("\n") >= 5
     assert "check passed" in done.stderr
     assert "job succeeded" in done.stderr
@@ -138,6 +139,35 @@ def test_a_raising_rank_stops_the_job_everywhere_and_is_named(
     assert "RuntimeError: rank 2 fails on purpose" in done.stderr
     assert "done rank=" not in done.stdout  # nobody ran to the end
     wait_until_clean(cluster, run_id_of(done.stderr))
+
+
+def test_a_failed_launchs_report_says_so_and_is_no_gate(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """The --check-output report of a launch whose job failed said `verdict: pass` with no
+    launch.job finding, and `--check-report` then started on it."""
+    path = inventory(cluster, tmp_path)
+    report = tmp_path / "launch.json"
+    done = launch(
+        path, "--check-output", str(report), "--format", "json",
+        job=("--fail-rank", "1", "--steps", "50", "--step-seconds", "0.2"),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    saved = json.loads(report.read_text())
+    assert saved["verdict"] == "fail" and saved["exit_status"] == 1
+    (job,) = [f for f in saved["findings"] if f["id"] == "launch.job"]
+    assert job["status"] == "fail" and job["hosts"] == ["node2"]
+    assert saved["details"]["launch"]["result"] == "failed"
+    wait_until_clean(cluster, run_id_of(done.stderr))
+    again = launch(path, "--check-report", str(report), job=("--steps", "1"))
+    assert again.returncode == 2 and "not pass" in again.stderr
+    assert "joined" not in again.stdout
+    saved["verdict"] = "pass"  # even a report edited to pass records the failed launch
+    report.write_text(json.dumps(saved))
+    again = launch(path, "--check-report", str(report), job=("--steps", "1"))
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert "it records a launch that did not succeed ('failed')" in again.stderr
+    wait_until_clean(cluster)
 
 
 def rank_process(node: Node, rank: int) -> int | None:
@@ -213,14 +243,21 @@ def test_a_sleeping_rank_is_reported_hung_and_singled_out(
     assert process.returncode == 124, stderr[-3000:]
     # The report came within the hang timeout plus the dump and stop time.
     assert ended - last_progress[0] < hang_timeout + 25, stderr[-2000:]
-    summary = re.search(r"the job hung \(no rank printed anything for 15 s\): (.*)", stderr)
+    summary = re.search(r"the job hung \(no rank advanced for 15 s \(.*?\)\): (.*)", stderr)
     assert summary, stderr[-3000:]
-    assert re.search(r"ranks 0-1 in all_reduce at ddp_job\.py:\d+", summary[1]), summary[1]
+    # The flight records say where the ranks parted, the stacks where each one waits.
+    parted = "ranks 0-1 (node1, node2) wait in all_reduce #{n} of process group 0; rank 2 "
+    seq = re.search(r"wait in all_reduce #(\d+) of process group 0", summary[1])
+    assert seq and parted.format(n=seq[1]) in summary[1], summary[1]
+    assert f"(node3) never entered it: its last was #{int(seq[1]) - 1}" in summary[1]
+    assert re.search(r"stacks: ranks 0-1 in all_reduce at ddp_job\.py:\d+", summary[1])
+    record = json.loads((logs / "attempt-0" / "flight-node3-2.json").read_text())
+    assert record["rank"] == 2 and record["entries"][-1]["seq"] == int(seq[1]) - 1
     odd = re.search(r"odd one out: rank 2 on node3 at ddp_job\.py:\d+ in main (.*)", stderr)
     assert odd and "time.sleep(args.sleep)" in odd[1], stderr[-2000:]
-    dump = (logs / "stacks-node3-2.txt").read_text()
+    dump = (logs / "attempt-0" / "stacks-node3-2.txt").read_text()
     assert f", {stacks})" in dump and "time.sleep(args.sleep)" in dump
-    assert "all_reduce" in (logs / "stacks-node1-0.txt").read_text()
+    assert "all_reduce" in (logs / "attempt-0" / "stacks-node1-0.txt").read_text()
     wait_until_clean(cluster, run_id_of(stderr))
 
 

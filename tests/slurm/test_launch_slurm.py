@@ -71,3 +71,36 @@ def test_a_crashed_node_is_left_out_of_the_next_steps_and_the_spare_finishes(
         if not restarted:
             slurm.restart_slurmd(node2)
         slurm.reset()
+
+
+def test_a_job_printing_a_hardware_error_leaves_its_node_out_but_never_drains_it(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """A job that prints "uncorrectable ECC error" got its node drained for every user under
+    --slurm-drain. Its words may leave the node out of this run; only the node's own evidence
+    (kernel log, nvidia-smi, its checks after the stop) drains it."""
+    log = tmp_path / "job.log"
+    env = {
+        **job_env(slurm),
+        "CLUSTERKIT_SETTINGS": str(settings_file(tmp_path)),
+        "NNODES": "2",
+        "CLUSTERKIT_ARGS": "--skip bench --slurm-drain",
+    }
+    words = "CUDA error: uncorrectable ECC error encountered"
+    try:
+        job = slurm.run(
+            ["sbatch", "--parsable", "-N3", f"--output={log}", f"--chdir={tmp_path}",
+             str(RESILIENT), JOB, "--steps", "5", "--fail-rank", "1", "--fail-text", words],
+            env=env,
+        ).stdout.strip()  # fmt: skip
+        slurm.wait_job(int(job), timeout=300)
+        text = log.read_text()
+        assert re.search(r"node fault on node2: .*uncorrectable ECC error", text), text[-3000:]
+        assert "spare node3 taken" in text
+        for node in ("node2", "node3"):
+            assert f"{node} not drained: only the job's output" in text, text[-3000:]
+            assert f"clusterkit: {node} drained" not in text
+        for node in slurm.node_names:
+            assert "DRAIN" not in slurm.node_state(node)[0], node
+    finally:
+        slurm.reset()

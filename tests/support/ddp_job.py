@@ -6,6 +6,7 @@ wired as planned, then one line per step. Faults on request:
   --sleep-rank R    rank R sleeps before the second step's all_reduce (a hang)
   --signal-rank R   rank R sends itself --signal-name (default SEGV: a crash) after step 0
   --hunt            every rank acts as a hostile job before it starts (see hunt)
+  --unused-parameter  the model has a layer forward() never uses: DDP's own error at step 1
   --checkpoint F    resume from F when it exists (rank 0 writes it after every step), as a
                     training script must for a restart to go on where the last attempt was
 """
@@ -70,10 +71,24 @@ def save(path: str, step: int, model: torch.nn.Module, optimizer: torch.optim.Op
     os.replace(partial, path)
 
 
+class Unused(torch.nn.Module):
+    """A linear model with a layer forward() never calls: DDP waits for its gradients and
+    raises at the next step ("Expected to have finished reduction in the prior iteration")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = torch.nn.Linear(8, 1)
+        self.unused = torch.nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--fail-text", default="fails on purpose", help="its error message")
     parser.add_argument("--sleep-rank", type=int, default=None)
     parser.add_argument("--sleep", type=float, default=600.0)
     parser.add_argument("--signal-rank", type=int, default=None)
@@ -82,6 +97,7 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step")
     parser.add_argument("--hunt", action="store_true", help="act as a hostile job (see hunt)")
     parser.add_argument("--checkpoint", default=None, help="resume from / save to this file")
+    parser.add_argument("--unused-parameter", action="store_true", help="DDP's error, for real")
     args = parser.parse_args()
     if args.hunt:
         hunt()
@@ -100,7 +116,7 @@ def main() -> int:
         flush=True,
     )
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    model = DistributedDataParallel(Unused() if args.unused_parameter else torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.randn(64, 8)
     target = data.sum(dim=1, keepdim=True)
@@ -112,7 +128,7 @@ def main() -> int:
     )
     for step in range(first, args.steps):
         if step == 1 and rank == args.fail_rank:
-            raise RuntimeError(f"rank {rank} fails on purpose")
+            raise RuntimeError(f"rank {rank} {args.fail_text}")
         if step == 1 and rank == args.signal_rank:
             os.kill(os.getpid(), getattr(signal, "SIG" + args.signal_name))
         if step == 1 and rank == args.sleep_rank:

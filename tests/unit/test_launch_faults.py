@@ -227,3 +227,45 @@ def test_node_text_in_an_incident_line_and_a_drain_reason_is_inert() -> None:
     assert reason.startswith("clusterkit: launch: ") and reason.isprintable()
     assert len(reason) <= 200
     assert drain_command("node2", fault.reason).startswith("scontrol update nodename=node2 ")
+
+
+def test_only_the_nodes_own_evidence_may_drain_it() -> None:
+    """A job that prints "uncorrectable ECC error" got its node drained for every user under
+    --slurm-drain. Its words (and its OOM kills, and where its ranks wait) leave the node out
+    of this run at most; a lost node, or one failing its own checks after the stop, may be
+    drained."""
+    words = classify([rank("node2", 1, 1, CUDA_ECC)])
+    assert words.node and words.hosts == ("node2",) and words.own_evidence == ()
+    (oom,) = node_failures("node3", 1, OOM_SUMMARY, {}, 2.0)
+    killed = classify([oom], oom_pids={"node3": [22629]})
+    assert killed.node and killed.own_evidence == ()
+    odd = [Group("in all_reduce at train.py:88", (0, 1), ("node1",)),
+           Group("at train.py:41 in main", (2,), ("node2",))]  # fmt: skip
+    assert classify([], hang_groups=odd).own_evidence == ()
+    checked = classify(
+        [rank("node2", 1, 1, CUDA_ECC)],
+        node_problems={"node2": ["gpu.xid: GPU 0 Xid 48 needs GPU reset"]},
+    )
+    assert checked.own_evidence == ("node2",)
+    lost = classify([Failure("node4", None, None, 1.0, lost=True)])
+    assert lost.own_evidence == ("node4",)
+
+
+def test_a_parity_tie_in_the_post_mortem_blames_no_node_and_the_job_fault_stays() -> None:
+    """After a plain job bug, the master's probe answer changed (1 against 1): the parity
+    comparison failed node2 by inventory order, and every spare lost the same tie after it.
+    A tie names no host: the post-mortem finds no node fault and the job fault stays one."""
+    from clusterkit.checks import static_findings
+    from clusterkit.inventory.model import Expectations
+    from tests.unit.test_checks import healthy
+
+    facts = healthy(2)
+    facts["node1"]["torch"]["version"] = "2.14.0"  # the master's answer changed since the gate
+    findings = static_findings(facts, Expectations())
+    problems, whole = problems_by_host(findings, ["node1", "node2"])
+    assert problems == {} and any(line.startswith("parity.torch: ") for line in whole)
+    fault = classify([rank("node1", 0, 1, *TRACEBACK)], node_problems=problems)
+    assert fault.kind == JOB and fault.hosts == ("node1",)
+    facts["node3"] = healthy(3)["node3"]  # a spare: now 2 against 1, node1 is the odd one
+    problems, _ = problems_by_host(static_findings(facts, Expectations()), list(facts))
+    assert list(problems) == ["node1"]

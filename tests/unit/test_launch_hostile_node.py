@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,18 @@ import pytest
 from clusterkit.commands.launch import report_outcome
 from clusterkit.environment import Environment
 from clusterkit.launch.failure import Failure
+from clusterkit.launch.faults import classify
 from clusterkit.launch.plan import LaunchSettings, PlanNode, build_plan
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
 from clusterkit.safefiles import PrivateFolder
+from clusterkit.transport.base import Deadline
 from tests.unit.test_launch_stacks import FAULTHANDLER, IN_ALL_REDUCE, py_spy_entry, rank_entry
 
 SETTINGS = LaunchSettings(
     nodes=(PlanNode("n1"), PlanNode("n2")),
     master_addr="10.0.0.1",
     master_port=29500,
-    nproc_per_node=2,
+    nproc_per_node=8,  # n1 runs ranks 0-7, n2 ranks 8-15
     script=("train.py",),
 )
 ESCAPE = "\x1b]0;owned\x07\x1b[2J"
@@ -124,7 +127,7 @@ def test_node_text_in_the_summaries_is_escaped() -> None:
     they must not forge a line or reach the terminal as escape sequences."""
     sup, _ = supervisor()
     frames = [(f"evil{FORGED}{ESCAPE}", f"/job/t{ESCAPE}.py", 3)]
-    odd = dict(py_spy_entry(1, 200, frames), sources={f"/job/t{ESCAPE}.py:3": f"x{FORGED}"})
+    odd = dict(py_spy_entry(9, 200, frames), sources={f"/job/t{ESCAPE}.py:3": f"x{FORGED}"})
     control(sup, "n1", {"event": "dump", "ranks": [py_spy_entry(0, 100, IN_ALL_REDUCE)]})
     control(sup, "n2", {"event": "dump", "ranks": [odd, {"rank": f"{ESCAPE}"}]})
     sup.hang_reason = "no rank printed anything for 1 s"
@@ -139,7 +142,7 @@ def test_node_text_in_the_summaries_is_escaped() -> None:
     lines = err.splitlines()
     verdicts = [line.split()[2] for line in lines if line.startswith("clusterkit: job ")]
     assert verdicts == ["hung", "failed"]  # the forged "job succeeded" is not a line of its own
-    assert any("odd one out: rank 1 on n2" in line and "\\x1b" in line for line in lines)
+    assert any("odd one out: rank 9 on n2" in line and "\\x1b" in line for line in lines)
     assert any(line.startswith("clusterkit: malformed stack dump from n2: ") for line in lines)
     assert "  boom\\x1b]0;owned\\x07\\x1b[2J" in lines
 
@@ -158,3 +161,66 @@ def test_secrets_in_the_jobs_last_lines_are_redacted(tmp_path: Path) -> None:
     written = (tmp_path / "logs" / "outcome.txt").read_text()
     for text in (err, written):
         assert secret not in text and "step 3 ok" in text and "HF_TOKEN=" in text
+
+
+def test_a_node_answers_only_for_its_own_ranks_each_once(tmp_path: Path) -> None:
+    """n2 answered the hang dump with made-up stacks for n1's ranks 0-7 (elsewhere) and its own
+    ranks twice: a healthy n1 was singled out and left out, and n2 became master. Only the
+    ranks the plan gives n2 count, each once; the rest is dropped and said so."""
+    with PrivateFolder.open(tmp_path / "logs") as folder:
+        sup, _ = supervisor(folder)
+        sleeping = [("sleep", "/job/train.py", 41)]
+        own = [py_spy_entry(rank, 100 + rank, IN_ALL_REDUCE) for rank in range(8)]
+        control(sup, "n1", {"event": "dump", "ranks": own})
+        forged = [py_spy_entry(rank, 300 + rank, sleeping) for rank in range(8)]
+        twice = [py_spy_entry(8, 408, IN_ALL_REDUCE), py_spy_entry(8, 409, sleeping)]
+        control(sup, "n2", {"event": "dump", "ranks": forged + twice})
+        sup.hang_reason = "no rank printed anything for 1 s"
+        sup._analyse_hang(missing=[])
+    hang = sup.hang
+    assert hang is not None
+    assert sorted((s.host, s.rank) for s in hang.stacks) == [("n1", r) for r in range(8)] + [
+        ("n2", 8)
+    ]
+    assert len(hang.groups) == 1  # every rank that answered waits in all_reduce
+    fault = classify([], hang_groups=hang.groups, hang_missing=hang.missing)
+    assert not fault.node and "n1" not in fault.hosts
+    assert "n2: dump: rank 0 is not one of this node's (8-15)" in hang.malformed
+    assert "n2: dump: rank 8 answered twice, the first kept" in hang.malformed
+    files = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert files == sorted([f"stacks-n1-{r}.txt" for r in range(8)] + ["stacks-n2-8.txt"])
+
+
+def test_a_dump_of_twenty_thousand_ranks_is_bounded(tmp_path: Path) -> None:
+    with PrivateFolder.open(tmp_path / "logs") as folder:
+        sup, _ = supervisor(folder)
+        many = [rank_entry(rank, 5) for rank in range(20_000)]
+        control(sup, "n2", {"event": "dump", "ranks": many})
+        sup.hang_reason = "no rank printed anything for 1 s"
+        sup._analyse_hang(missing=[])
+    assert sup.hang is not None
+    assert sorted(s.rank for s in sup.hang.stacks) == list(range(8, 16))
+    assert "n2: dump.ranks: 20000 entries, only the first 1024 read" in sup.hang.malformed
+    assert len(list((tmp_path / "logs").iterdir())) == 8
+
+
+def test_a_node_that_keeps_its_heartbeat_but_never_reports_is_bounded() -> None:
+    """n1 ended and reported; n2 keeps sending its heartbeat and never its exit report: the
+    launch waited forever without --time-limit. Past the exit wait with no rank line it is
+    stopped (a rank still printing, e.g. a last checkpoint, keeps it waiting)."""
+    sup, notes = supervisor()
+    control(sup, "n1", {"event": "exit", "code": 0})
+    control(sup, "n2", {"event": "alive"})
+    deadline = Deadline.after(3600.0)
+    sup._decide(deadline)
+    assert sup.stopping_since is None  # n2 may still be finishing
+    past = time.monotonic() - sup.options.exit_wait - 1
+    sup.nodes["n1"].reported_at = past
+    sup._line(sup.nodes["n2"], b"[rank8]:saving the last checkpoint")
+    sup._decide(deadline)
+    assert sup.stopping_since is None  # its rank printed just now
+    sup.last_progress = past
+    sup._decide(deadline)
+    assert sup.stopping_since is not None and sup.nodes["n2"].stopped_by_us
+    assert "n2 sent no exit report" in sup.stop_reason
+    assert any("n2 sent no exit report" in note for note in notes)

@@ -63,6 +63,7 @@ def test_outcome_becomes_a_finding_and_details() -> None:
     assert details["exit_status"] == 137
     assert details["first_failure"] == {
         "host": "n2", "rank": 1, "exit_code": -9, "signal": "SIGKILL", "last_lines": ["step 3"],
+        "remedy": None,
     }  # fmt: skip
     ok = job_finding(JobOutcome(0, "succeeded", "every rank succeeded"))
     assert ok.status is Status.OK and ok.hosts == []
