@@ -131,3 +131,33 @@ def driver_requirement(cuda: str) -> DriverRequirement:
 def table_source(name: str) -> str:
     data = _table(name)
     return f"{data.get('source', name)} ({data.get('date', 'undated')})"
+
+
+def _release_matches(version: str, keys: list[str]) -> bool:
+    """`2.5` covers every 2.5.x, `2.6.0` that release alone (never 2.10 for 2.1)."""
+    return any(version == key or version.startswith(key + ".") for key in keys)
+
+
+def torch_wheels(version: str) -> tuple[str | None, tuple[str, ...] | None]:
+    """(the CUDA of the default PyPI wheel, the CUDA variants the release publishes on its
+    own indexes) for a torch release, from clusterkit/data/torch_versions.json; None where
+    the table does not record it."""
+    table = _table("torch_versions.json")
+    release = version.split("+", 1)[0]
+    default = next(
+        (
+            str(row["cuda"])
+            for row in table["default_wheel"]
+            if _release_matches(release, row["torch"])
+        ),
+        None,
+    )
+    variants = next(
+        (
+            tuple(row["cuda"])
+            for row in table["variants"]
+            if _release_matches(release, row["torch"])
+        ),
+        None,
+    )
+    return default, variants

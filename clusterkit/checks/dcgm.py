@@ -35,6 +35,10 @@ HOSTENGINE_REMEDY = (
     "(or run `nv-hostengine`), then check again"
 )
 SEVERITY = {"fail": Status.FAIL, "warn": Status.WARN}
+MISSING_REMEDY = (
+    "install DCGM on the node (NVIDIA's datacenter-gpu-manager package, then `systemctl start "
+    "nvidia-dcgm`), or leave out --dcgm-level / clusterkit.dcgm_level"
+)
 # Every status dcgmi writes (3.x Pass/Skip/Fail; 4.x adds Warn and Not Run), lower case; any
 # other text, or none, is an unreadable result.
 KNOWN_STATUSES = ("pass", "fail", "warn", "skip", "not run")
@@ -216,17 +220,23 @@ def _clean(text: Any) -> str:
 
 
 def dcgm_findings(diags: Mapping[str, NodeDiag], level: int) -> list[Finding]:
-    """dcgm.diag: one finding per failing or warning test on each GPU; one skip for the
-    nodes without dcgmi, one error for those whose host engine is down, one per other node
+    """dcgm.diag: one finding per failing or warning test on each GPU; one warning for the
+    nodes without dcgmi (the level was asked for and did not run), one error for those whose
+    host engine is down, one per other node
     that gave no result or a status DCGM does not write; a warning for the nodes where every
     test was skipped (nothing tested); OK over the nodes where every test ran and passed."""
     findings = [_result_finding(host, level, r) for host, d in diags.items() for r in _bad(d)]
     findings += _strict_findings(diags, level)
     missing = [host for host, d in diags.items() if d.missing]
     down = {host: d.problem for host, d in diags.items() if d.no_hostengine}
-    if missing:
-        message = f"dcgmi is not installed on {counted(len(missing), 'node')}: {', '.join(missing)}"
-        findings.append(Finding("dcgm.diag", Status.SKIP, message, hosts=missing))
+    if missing:  # asked for and not run: said loudly, a failure under --strict
+        message = (
+            f"DCGM diagnostic level {level} did NOT run: dcgmi is not installed on "
+            f"{counted(len(missing), 'node')}: {', '.join(missing)}"
+        )
+        findings.append(
+            Finding("dcgm.diag", Status.WARN, message, hosts=missing, remedy=MISSING_REMEDY)
+        )
     if down:
         message = "the DCGM host engine (nv-hostengine) is not running on " + ", ".join(down)
         findings.append(

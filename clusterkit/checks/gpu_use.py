@@ -14,13 +14,11 @@ from clusterkit.checks.model import Finding, Status, over_hosts, per_host
 from clusterkit.checks.parity import Facts
 from clusterkit.facts import GpuFacts, HostFacts, TorchFacts, collected
 from clusterkit.inventory.model import Expectations
+from clusterkit.versions import torch_wheels
 
 Remedy = Callable[[str, list[str]], "str | None"]
 DEFAULT_BUSY_MIB = 1024  # memory in use on an idle GPU stays far below this
 NO_GPU = "no host with NVIDIA GPUs reported facts"
-# CUDA variants of the PyTorch wheel index, newest first: the one to install is the newest
-# the node's driver supports (nvidia-smi's "CUDA Version").
-WHEEL_VARIANTS = ("13.0", "12.9", "12.8", "12.6", "12.4", "12.1", "11.8")
 
 
 def _gpu_hosts(facts: Facts) -> dict[str, GpuFacts]:
@@ -217,19 +215,36 @@ def cpu_build_findings(facts: Facts, expect: Expectations) -> list[Finding]:
 
 
 def _wheel(torch: TorchFacts, gpus: GpuFacts) -> str:
-    """The install line for the newest CUDA wheel variant this node's driver runs."""
+    """The install line for the newest CUDA build of this torch release that the node's
+    driver runs, among the builds the release really publishes (torch_versions.json); where
+    the table does not know them, what to check instead of a guessed index."""
     version = str(torch.get("version") or "").split("+", 1)[0]
     supported = str(gpus.get("cuda_driver") or "")
-    variant = next(
-        (v for v in WHEEL_VARIANTS if supported and _le(v, supported)), WHEEL_VARIANTS[-1]
+    if not version:
+        return "pip install torch (a CUDA build: not from the CPU index)"
+    default, variants = torch_wheels(version)
+    runs = [v for v in variants or () if not supported or _le(v, supported)]
+    if runs:
+        tag = "cu" + max(runs, key=_parts).replace(".", "")
+        return f"pip install torch=={version} --index-url https://download.pytorch.org/whl/{tag}"
+    if default and (not supported or _le(default, supported)):
+        return f"pip install torch=={version} (PyPI's default wheel, a CUDA {default} build)"
+    check = (
+        f"check which CUDA builds torch {version} has (https://download.pytorch.org/whl/torch/: "
+        f"the torch-{version}+cuXYZ files) and install one at or below CUDA {supported}"
     )
-    tag = "cu" + variant.replace(".", "")
-    pin = f"torch=={version}" if version else "torch"
-    return f"pip install {pin} --index-url https://download.pytorch.org/whl/{tag}"
+    if not variants and not default:
+        return check
+    known = f"CUDA {', '.join(variants)} builds" if variants else f"a CUDA {default} default wheel"
+    return (
+        f"torch {version} has {known}, newer than this driver's CUDA {supported}: upgrade "
+        f"the driver, or {check}"
+    )
+
+
+def _parts(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
 
 def _le(left: str, right: str) -> bool:
-    def parts(text: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
-
-    return parts(left) <= parts(right)
+    return _parts(left) <= _parts(right)

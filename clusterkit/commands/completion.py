@@ -3,19 +3,70 @@
 from __future__ import annotations
 
 import argparse
+import re
 
-from clusterkit.completion import script
+from clusterkit.completion import SHELLS, script
+from clusterkit.cost import catalog
 from clusterkit.environment import Environment
+from clusterkit.errors import UsageError
+from clusterkit.node.bench_worker import COLLECTIVES
+from clusterkit.provision.remedy import TAGS
 from clusterkit.status import ExitStatus
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:%-]*")
+
+
+def known_values() -> dict[str, list[str]]:
+    """Values of free-text options that have known answers: stages, collectives, playbook
+    tags, and the bundled price catalog's instances and regions."""
+    from clusterkit.cli import STAGES
+
+    prices = catalog.load(catalog.packaged_path())
+    values = {
+        "--skip": list(STAGES),
+        "--collective": list(COLLECTIVES),
+        "--tags": list(TAGS),
+        "--skip-tags": list(TAGS),
+        "--instance": sorted({entry.instance for entry in prices.entries}),
+        "--region": sorted({entry.region for entry in prices.entries}),
+    }
+    commands = {
+        "--skip": ("check", "launch"),
+        "--collective": ("bench",),
+        "--tags": ("provision",),
+        "--skip-tags": ("provision",),
+        "--instance": ("cost",),
+        "--region": ("cost",),
+    }
+    return {f"{c} {flag}": values[flag] for flag, names in commands.items() for c in names}
 
 
 def completion_script(shell: str) -> str:
     """The whole command line's script, `cost prices` (a parser of its own) included."""
     from clusterkit.cli import build_parser, cost_prices_parser
 
-    return script(build_parser(), shell, {"cost prices": cost_prices_parser()})
+    return script(build_parser(), shell, {"cost prices": cost_prices_parser()}, known_values())
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    if args.hosts is not None:
+        env.stdout.write("".join(f"{name}\n" for name in inventory_hosts(args.hosts, env)))
+        return ExitStatus.PASSED
+    if args.shell is None:
+        raise UsageError("completion: give a shell", hint=f"one of: {', '.join(SHELLS)}")
     env.stdout.write(completion_script(args.shell))
     return ExitStatus.PASSED
+
+
+def inventory_hosts(path: str, env: Environment) -> list[str]:
+    """The inventory's host names, for `--limit` completion: read by the built-in readers
+    (no plugin or script runs), nothing on any error, and only plain names (the shell
+    expands what completion offers)."""
+    from clusterkit.errors import ClusterkitError
+    from clusterkit.inventory import load_inventory
+
+    try:
+        inventory = load_inventory(path, environ=env.environ)
+    except (ClusterkitError, OSError):
+        return []
+    return [host.name for host in inventory.hosts if PLAIN_NAME.fullmatch(host.name)]

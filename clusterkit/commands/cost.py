@@ -99,11 +99,14 @@ def build(
     warnings: list[str] = []
     nodes = values.get("nodes")
     if nodes is None:
-        raise UsageError("no node count: give --nodes N or an inventory")
+        raise UsageError(
+            "no node count: give --nodes N or an inventory (or a --trace with `# nodes: N`)"
+        )
     hours = _number(values, "hours", required=True)
     assert hours is not None  # required: _number raised a usage error otherwise
     prices, provenance_prices, gpus_from_catalog = _prices(values, warnings, today, environ)
     rate = _rate(values, provenance_prices.pop("interruption", None))
+    warnings += rate.trace_warnings(job_node_hours=float(nodes) * hours)
     correlation_origin = "default: independent"
     correlation = _number(values, "correlation")
     if correlation is not None:
@@ -178,7 +181,17 @@ def _merge(args: argparse.Namespace, environ: Mapping[str, str]) -> _Values:
         _from_inventory(args.inventory, values, environ)
     for key in (*INVENTORY_KEYS, "nodes"):
         values.set(key, getattr(args, key, None), "flag")
+    if values.get("nodes") is None and values.get("trace") is not None:
+        _nodes_from_trace(str(values.get("trace")), values)
     return values
+
+
+def _nodes_from_trace(path: str, values: _Values) -> None:
+    """No --nodes and no inventory: the node count the trace watched (`# nodes: N`, which
+    `launch --trace` writes)."""
+    watched = read_trace(path).nodes
+    if watched is not None and watched.is_integer():
+        values.set("nodes", int(watched), f"trace {path} (# nodes: {watched:g})")
 
 
 def _from_inventory(path: str, values: _Values, environ: Mapping[str, str]) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
 from clusterkit.errors import UsageError
+from clusterkit.words import counted
 
 HOURS_PER_MONTH = 730.0
 # AWS Spot Instance Advisor: share of instances reclaimed over the trailing month. The upper
@@ -17,6 +19,12 @@ HOURS_PER_MONTH = 730.0
 ADVISOR_BUCKETS = {"<5%": 0.05, "5-10%": 0.10, "10-15%": 0.15, "15-20%": 0.20, ">20%": 0.20}
 # Interruptions of different nodes this close together count as one event.
 TRACE_EVENT_WINDOW_H = 5.0 / 60.0
+# A trace carries an estimate with at least this many events, an interval no wider than this
+# factor (upper / lower bound: 10 events give 3.8, 3 give 14, 1 gives 220) and an exposure
+# no smaller than the job's divided by this.
+MEANINGFUL_EVENTS = 5
+MEANINGFUL_SPREAD = 10.0
+MAX_EXTRAPOLATION = 10.0
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,31 @@ class RateSource:
     correlation: float | None = None  # measured from a trace with node names
     note: str | None = None
     restart_min: float | None = None  # measured restart time (`# restart-min:`, launch's)
+    nodes: float | None = None  # a trace's `# nodes:`: the node count it watched
+    events: int | None = None  # a trace's interruptions ...
+    node_hours: float | None = None  # ... over this exposure (nodes x hours observed)
+    interval: tuple[float, float] | None = None  # 95% interval of a trace's rate
+
+    def trace_warnings(self, job_node_hours: float) -> list[str]:
+        """What a trace's rate is worth: its interval always, and loudly when so few
+        events over so little exposure cannot carry an estimate for this job."""
+        if self.events is None or self.node_hours is None or self.interval is None:
+            return []
+        low, high = self.interval
+        said = [
+            f"{self.origin}: {self.rate:.3g} preemptions per node-hour, 95% interval "
+            f"{low:.3g} to {high:.3g} (exact Poisson, {counted(self.events, 'event')} in "
+            f"{self.node_hours:.3g} node-hours)"
+        ]
+        short = self.events < MEANINGFUL_EVENTS or high > MEANINGFUL_SPREAD * max(low, 1e-300)
+        if short or job_node_hours > MAX_EXTRAPOLATION * self.node_hours:
+            said.append(
+                f"the trace is too short to mean anything for this job: {self.node_hours:.3g} "
+                f"node-hours observed, the job runs {job_node_hours:.4g}; this estimate "
+                "extrapolates it and may be off by the whole interval: record a longer trace, "
+                "or give --preempt-rate from a longer record (e.g. an advisor bucket)"
+            )
+        return said
 
 
 def bucket_rate(monthly_share: float) -> float:
@@ -122,10 +155,41 @@ def read_trace(path: str) -> RateSource:
     rate = len(events) / (nodes * span)
     return RateSource(
         rate,
-        f"trace {path} ({len(events)} interruptions, {nodes:g} nodes, {span:.4g} h)",
+        f"trace {path} ({counted(len(events), 'interruption')}, {counted(nodes, 'node')}, "
+        f"{span:.4g} h)",
         correlation=_correlation(events),
         restart_min=headers.get("restart-min"),
+        nodes=headers.get("nodes"),
+        events=len(events),
+        node_hours=nodes * span,
+        interval=poisson_interval(len(events), nodes * span),
     )
+
+
+def poisson_interval(events: int, exposure: float, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact (Garwood) interval of a Poisson rate seen as `events` over `exposure`: the
+    rates under which that many events or more, or that many or fewer, would be as rare as
+    (1 - confidence) / 2. Few events give a wide interval, as they should."""
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if events == 0 else _solve(lambda m: 1.0 - _poisson_cdf(events - 1, m) - tail)
+    high = _solve(lambda m: tail - _poisson_cdf(events, m))
+    return low / exposure, high / exposure
+
+
+def _poisson_cdf(k: int, mean: float) -> float:
+    """P(X <= k) for X ~ Poisson(mean), summed in logs (no overflow for large k)."""
+    return sum(math.exp(i * math.log(mean) - mean - math.lgamma(i + 1)) for i in range(k + 1))
+
+
+def _solve(rising: Callable[[float], float]) -> float:
+    """The root of an increasing function on (0, inf), by bisection."""
+    low, high = 1e-12, 1.0
+    while rising(high) < 0:
+        high *= 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if rising(middle) < 0 else (low, middle)
+    return 0.5 * (low + high)
 
 
 def _positive(text: str, where: str, name: str) -> float:

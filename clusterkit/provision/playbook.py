@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,6 @@ from clusterkit.status import ExitStatus
 
 PLAYBOOK = "site.yml"
 PLAYBOOKS_ENV = "CLUSTERKIT_PLAYBOOKS"
-INSTALL_HINT = "install it with `pip install ansible-core` (or your distribution's ansible package)"
 # Time ansible-playbook gets to stop after SIGTERM before its process group is killed.
 STOP_GRACE_SECONDS = 10.0
 
@@ -72,8 +73,20 @@ def ansible_playbook(environ: Mapping[str, str] | None = None) -> str:
     search = None if environ is None else environ.get("PATH", os.defpath)
     path = shutil.which("ansible-playbook", path=search)
     if path is None:
-        raise AnsibleMissing("ansible-playbook is not installed", hint=INSTALL_HINT)
+        raise AnsibleMissing("ansible-playbook is not installed (not on PATH)", hint=install_hint())
     return path
+
+
+def install_hint() -> str:
+    """The one command that installs ansible-playbook where this clusterkit runs: into its
+    own virtualenv (the README's .venv), or with pip for this Python."""
+    here = Path(sys.executable).parent
+    if (here / "ansible-playbook").is_file():
+        return f"it is in {here}: put that folder on PATH (`source {here}/activate`)"
+    command = f"{shlex.quote(sys.executable)} -m pip install ansible-core"
+    if sys.prefix != sys.base_prefix:  # a virtualenv: its bin folder must be on PATH too
+        return f"install it: `{command}` (the `provision` extra), then put {here} on PATH"
+    return f"install it: `{command}` (or your distribution's ansible-core package)"
 
 
 def build_argv(run: PlaybookRun, executable: str = "ansible-playbook") -> list[str]:

@@ -117,8 +117,8 @@ def _summary(report: Report) -> str:
     counts = report.counts()
     parts = [
         f"{counts['fail']} failed",
-        f"{counts['warn']} warnings",
-        f"{counts['error']} errors",
+        counted(counts["warn"], "warning"),
+        counted(counts["error"], "error"),
         f"{counts['ok']} ok",
         f"{counts['skip']} skipped",
     ]

@@ -28,15 +28,18 @@ def test_fix_plan_names_the_firewall_and_nvidia_commands(
     inventory = cluster.inventory(tmp_path / "inv.yaml", nodes=[node1, node2, node3])
     done = check(inventory, "--fix-plan")
     assert done.status == 1, done.stdout + done.stderr
-    plan = done.stdout.split("fix plan:", 1)[1].strip().splitlines()
+    # The plan and nothing else: each command once, one line each.
+    plan = done.stdout.strip().splitlines()
+    assert "verdict:" not in done.stdout and len(plan) == len(set(plan)), done.stdout
     commands = [shlex.split(line) for line in plan]
-    by_tag = {argv[argv.index("--tags") + 1]: argv for argv in commands}
+    by_tag = {tag: argv for argv in commands for tag in argv[argv.index("--tags") + 1].split(",")}
     assert {"firewall", "nvidia"} <= set(by_tag), plan
+    assert len(plan) == len({tuple(argv) for argv in by_tag.values()})  # a tag in one command
     for tag, argv in by_tag.items():
         assert argv[:3] == ["clusterkit", "provision", str(inventory)] and tag in TAGS
     assert by_tag["nvidia"][-2:] == ["--limit", "node2"]
-    firewall = {argv[-1] for argv in commands if "firewall" in argv}
-    assert any("node3" in limit.split(",") for limit in firewall), plan
+    firewall = by_tag["firewall"]
+    assert "--limit" not in firewall or "node3" in firewall[-1].split(","), plan
     # the JSON carries the same command as the finding's remedy, the by-hand way after it,
     # and the plan itself inside the document: stdout stays one JSON document
     as_json = check(inventory, "--format", "json", "--fix-plan")

@@ -155,6 +155,43 @@ def test_trace_sets_rate_and_correlation(tmp_path: Path, capsys) -> None:
     assert inputs["correlation"] == pytest.approx(4 / 3)
 
 
+# What `launch --trace` wrote after a 1.6-minute run with one node fault (issue 37).
+SHORT_LAUNCH_TRACE = """# clusterkit launch: node faults seen during the run
+# nodes: 3
+# hours: 0.0267
+# restart-min: 0.42
+# evidence of the fault below: node2: NVRM: Xid (PCI:0000:3b:00): 79
+0.0133 node2
+"""
+
+
+def test_a_short_trace_gives_its_interval_and_says_it_is_too_short(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "trace.txt"
+    trace.write_text(SHORT_LAUNCH_TRACE)
+    argv = ["--hours", "72", "--trace", str(trace), *PRICES, "--format", "json", "--trials", "0"]
+    status, out, err = run_main(argv, capsys)  # no --nodes: the trace's `# nodes: 3`
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["inputs"]["nodes"] == 3
+    warnings = " ".join(document["warnings"])
+    # 1 event in 0.08 node-hours: the exact 95% interval runs from 0.316 to 69.6 per node-hour
+    assert "95% interval 0.316 to 69.6" in warnings and "1 event in" in warnings
+    assert "too short to mean anything" in warnings
+
+
+def test_a_long_trace_gives_its_interval_without_the_too_short_warning(
+    tmp_path: Path, capsys
+) -> None:
+    trace = tmp_path / "trace.txt"
+    trace.write_text(
+        "# nodes: 4\n# hours: 2000\n" + "".join(f"{t} a\n" for t in range(5, 2000, 50))
+    )
+    argv = ["--hours", "72", "--trace", str(trace), *PRICES, "--format", "json", "--trials", "0"]
+    status, out, _ = run_main(argv, capsys)
+    warnings = " ".join(json.loads(out)["warnings"])
+    assert status == 0 and "95% interval" in warnings and "too short" not in warnings
+
+
 def test_plot_writes_a_png(tmp_path: Path, capsys) -> None:
     picture = tmp_path / "cost.png"
     status, _, _ = run_main([*FLAGS, *PRICES, "--deadline", "90", "--plot", str(picture)], capsys)

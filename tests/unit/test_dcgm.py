@@ -67,11 +67,15 @@ def test_no_hostengine_is_one_error_with_the_remedy() -> None:
     assert "nv-hostengine" in (findings[0].remedy or "")
 
 
-def test_nodes_without_dcgmi_are_one_skip_not_one_per_node() -> None:
+def test_nodes_without_dcgmi_are_one_warning_not_one_per_node() -> None:
+    """The user asked for DCGM: where it could not run, that is said loudly (a warning, so a
+    failure under --strict), never a quiet skip."""
     ok = parse_diag(fixture("dcgm4_r3_pass_8gpu.json"))
     diags = {"node1": ok, "node2": NodeDiag(missing=True), "node3": NodeDiag(missing=True)}
-    skips = [f for f in dcgm_findings(diags, 1) if f.status is Status.SKIP]
-    assert len(skips) == 1 and skips[0].hosts == ["node2", "node3"]
+    missing = [f for f in dcgm_findings(diags, 1) if "not installed" in f.message]
+    assert [(f.status, f.hosts) for f in missing] == [(Status.WARN, ["node2", "node3"])]
+    assert "did NOT run" in missing[0].message and "install DCGM" in (missing[0].remedy or "")
+    assert not [f for f in dcgm_findings(diags, 1) if f.status is Status.SKIP]
 
 
 def test_hostile_node_text_is_one_bounded_printable_line() -> None:

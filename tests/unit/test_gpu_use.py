@@ -191,11 +191,34 @@ def test_cpu_torch_on_gpu_nodes_warns_with_the_wheel_to_install() -> None:
     findings = run(hosts)
     finding = findings["torch.cpu-build"]
     assert finding.status is Status.WARN and finding.hosts == ["n1", "n2"]
-    version = hosts["n1"]["torch"]["version"].split("+")[0]
-    assert f"pip install torch=={version} --index-url https://download.pytorch.org/whl/cu124" in (
-        finding.remedy
-    )  # the driver's CUDA 12.4 picks the variant
+    # torch 2.13.0 publishes no cu124 build (issue 37): its default wheel is CUDA 13.0, newer
+    # than the driver's CUDA 12.4, so the remedy names no index, but what to check
+    assert "download.pytorch.org/whl/cu" not in (finding.remedy or "")
+    assert "torch 2.13.0 has a CUDA 13.0 default wheel, newer than this driver's CUDA 12.4" in (
+        finding.remedy or ""
+    )
+    assert "torch-2.13.0+cuXYZ" in (finding.remedy or "")
     assert findings["parity.torch-cuda"].status is Status.OK  # same CPU build everywhere
+
+
+@pytest.mark.parametrize(
+    ("torch", "driver_cuda", "words"),
+    [
+        ("2.5.1+cpu", "12.4", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"),
+        ("2.5.1+cpu", "12.2", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121"),
+        ("2.7.0+cpu", "13.0", "pip install torch==2.7.0 --index-url https://download.pytorch.org/whl/cu128"),
+        ("2.8.0+cpu", "12.4", "torch 2.8.0 has CUDA 12.6, 12.8, 12.9 builds, newer than this"),
+        ("2.13.0+cpu", "13.2", "pip install torch==2.13.0 (PyPI's default wheel, a CUDA 13.0"),
+        ("9.1.0+cpu", "13.2", "check which CUDA builds torch 9.1.0 has"),
+    ],
+)  # fmt: skip
+def test_the_wheel_named_is_one_the_release_publishes(
+    torch: str, driver_cuda: str, words: str
+) -> None:
+    hosts = {"n1": facts("probe-node-h100-classic")}
+    hosts["n1"]["torch"]["version"] = torch
+    hosts["n1"]["gpus"]["cuda_driver"] = driver_cuda
+    assert words in (run(hosts)["torch.cpu-build"].remedy or "")
 
 
 def test_cpu_torch_fails_when_the_inventory_expects_cuda() -> None:

@@ -95,6 +95,66 @@ def test_cpu_variant_refuses_a_cuda_wheel(tmp_path: Path):
     assert lockmod.torch_facts(spec, _report("2.13.0+cpu", ["filelock"]))["cuda"] is None
 
 
+# torch 2.10 and later on PyPI (the default index, a CUDA 13 build with no +cu local tag) name
+# their CUDA runtime through a meta-package with extras, as in torch 2.11.0+cu130's METADATA:
+#   cuda-toolkit[cublas,cudart,...,nvtx]==13.0.2 ; platform_system == "Linux"
+# and cuda-toolkit's own extras pull nvidia-cuda-runtime, nvidia-cublas, ... (versions here as
+# pip resolved them for torch 2.11.0; the shape is what matters).
+CU130_VIA_TOOLKIT = [
+    "cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,"
+    'nvtx]==13.0.2 ; platform_system == "Linux"',
+    'cuda-bindings<14,>=13.0.3 ; platform_system == "Linux"',
+    'nvidia-cudnn-cu13==9.13.0.50 ; platform_system == "Linux"',
+    'nvidia-nccl-cu13==2.28.9 ; platform_system == "Linux"',
+    "filelock",
+]
+
+
+def _default_index_report(torch_version: str) -> list[dict[str, Any]]:
+    """torch from the default index, and what pip resolved with it."""
+    report = _report(torch_version, CU130_VIA_TOOLKIT)
+    toolkit = next(e for e in report if e["metadata"]["name"] == "torch")
+    toolkit = {**toolkit, "metadata": {"name": "cuda-toolkit", "version": "13.0.2",
+               "requires_dist": ['nvidia-cuda-runtime==13.0.96.*; extra == "cudart"']}}  # fmt: skip
+    runtime = {**toolkit, "metadata": {"name": "nvidia-cuda-runtime", "version": "13.0.96"}}
+    others = [
+        {**toolkit, "metadata": {"name": name, "version": version}}
+        for name, version in (("cuda-bindings", "13.0.3"), ("nvidia-cudnn-cu13", "9.13.0.50"),
+                              ("nvidia-nccl-cu13", "2.28.9"))
+    ]  # fmt: skip
+    return [report[0], toolkit, runtime, *others]
+
+
+def test_cpu_variant_refuses_a_cuda_build_that_pulls_cuda_in_through_a_meta_package(
+    tmp_path: Path,
+):
+    """Issue 37: `image lock images/cpu-torch` wrote torch 2.13.0 (CUDA 13) and its CUDA
+    packages into a `variant: cpu` lock: no +cu tag and no nvidia-cuda-runtime pin on torch."""
+    shutil.copy(IMAGES / "cpu-torch" / "image.yaml", tmp_path / "image.yaml")
+    spec = load_spec(tmp_path)
+    with pytest.raises(ConfigError, match=r"CUDA 13\.0 build but the variant is cpu"):
+        lockmod.torch_facts(spec, _default_index_report("2.13.0"))
+    # torch pinning no runtime itself, its other CUDA packages still give it away
+    only_cudnn = _report("2.13.0", ['nvidia-cudnn-cu13==9.13.0.50 ; platform_system == "Linux"'])
+    with pytest.raises(ConfigError, match="variant is cpu"):
+        lockmod.torch_facts(spec, only_cudnn)
+
+
+def test_cpu_variant_takes_an_nvidia_package_the_spec_asks_for_itself(tmp_path: Path):
+    shutil.copy(IMAGES / "cpu-torch" / "image.yaml", tmp_path / "image.yaml")
+    spec = load_spec(tmp_path)
+    report = _report("2.13.0+cpu", ["filelock (==3.16.1)"], extra=["nvidia-ml-py (==12.560.30)"])
+    assert lockmod.torch_facts(spec, report)["cuda"] is None
+
+
+def test_a_cuda_variant_reads_cuda_from_the_toolkit_meta_package(tmp_path: Path):
+    text = (IMAGES / "train-cu124" / "image.yaml").read_text().replace("cu124", "cu130")
+    (tmp_path / "image.yaml").write_text(re.sub(r"(?m)^\s*nccl:.*$", "", text))
+    spec = load_spec(tmp_path)
+    facts = lockmod.torch_facts(spec, _default_index_report("2.13.0"))
+    assert (facts["cuda"], facts["nccl"], facts["min_driver"]) == ("13.0", "2.28.9", "580.65.06")
+
+
 def test_manylinux_platforms_cover_older_tags():
     tags = lockmod.manylinux_platforms("2.28")
     assert tags[0] == "manylinux_2_28_x86_64"

@@ -13,9 +13,11 @@ from clusterkit.checks.model import BY_HAND, Finding, Fix, Status
 from clusterkit.checks.parity import PARITY
 from clusterkit.checks.stack import PINS
 from clusterkit.commands.check import fix_plan
+from clusterkit.facts import HostEntry
 from clusterkit.inventory.model import Expectations
 from clusterkit.provision.remedy import STAGE_FIXES, TAGS, with_stage_fixes
 from clusterkit.report import Report
+from tests.support.cli import run_cli
 from tests.unit.test_checks import healthy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,3 +118,39 @@ def test_static_remedies_are_their_fixes_commands() -> None:
     for finding, fix in fixes.values():
         assert finding.remedy == fix.command("inv.yaml")
         assert fix.hosts == tuple(finding.hosts) == ("node2",)
+
+
+def _on(*hosts: str) -> dict[str, HostEntry]:
+    return {host: HostEntry(address=host, reachable=True) for host in hosts}
+
+
+def test_fix_plan_is_the_fewest_commands_each_once_in_the_playbooks_order() -> None:
+    """One firewall fault seen from two stages (`--limit node1` and all four) is one command;
+    tags on the same hosts share one; base runs before the roles that need it."""
+    findings = [
+        Finding("net.firewall", Status.FAIL, "x", hosts=["node1"],
+                fix=Fix(("firewall",), ("node1",))),
+        Finding("net.rendezvous", Status.FAIL, "x", hosts=["node1", "node2", "node3", "node4"],
+                fix=Fix(("firewall",), ("node1", "node2", "node3", "node4"))),
+        Finding("env.shm", Status.WARN, "x", hosts=["node3"], fix=Fix(("shm",), ("node3",))),
+        Finding("env.memlock", Status.WARN, "x", hosts=["node3"], fix=Fix(("limits",), ("node3",))),
+        Finding("env.clock", Status.WARN, "x", hosts=["node2"], fix=Fix(("time",), ("node2",))),
+        Finding("env.base", Status.FAIL, "x", hosts=["node2"], fix=Fix(("base",), ("node2",))),
+    ]  # fmt: skip
+    report = Report("check", "inv.yaml", findings, _on("node1", "node2", "node3", "node4"))
+    assert fix_plan(report) == [
+        "clusterkit provision inv.yaml --tags base,time --limit node2",
+        "clusterkit provision inv.yaml --tags limits,shm --limit node3",
+        "clusterkit provision inv.yaml --tags firewall --limit node1,node2,node3,node4",
+    ]
+
+
+def test_check_fix_plan_prints_the_plan_and_nothing_else(tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    done = run_cli(["check", str(inventory), "--skip", "network,bench,image", "--fix-plan"])
+    assert done.status in (0, 1), done.stderr
+    lines = done.stdout.splitlines()
+    assert all(line.startswith(f"clusterkit provision {inventory} --tags ") for line in lines)
+    assert len(lines) == len(set(lines)) and "verdict:" not in done.stdout
+    assert "clusterkit: fix plan: " in done.stderr

@@ -177,8 +177,7 @@ def test_plain_text_has_hosts_findings_remedies_and_the_verdict_line() -> None:
     text = stream.getvalue()
     lines = text.splitlines()
     assert lines[-1] == (
-        "verdict: FAIL (exit 1): 1 failed, 1 warnings, 1 errors, 2 ok, 1 skipped "
-        "on 3 hosts in 1.2 s"
+        "verdict: FAIL (exit 1): 1 failed, 1 warning, 1 error, 2 ok, 1 skipped on 3 hosts in 1.2 s"
     )
     assert any(line.split()[:2] == ["FAIL", "parity.driver"] for line in lines)
     assert "remedy: clusterkit provision inv.yaml --tags nvidia --limit n2" in text
