@@ -8,7 +8,7 @@ import importlib
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from clusterkit import __version__
 from clusterkit.completion import SHELLS
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 STAGES = ("network", "bench", "image", "dcgm")
 FORMATS = ("text", "json", "junit")
+REPORT_FORMATS = (*FORMATS, "prometheus")  # check, node-check, bench (docs/report.md)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,6 +35,12 @@ class _Parser(argparse.ArgumentParser):
 
     stdout: TextIO | None = None
     stderr: TextIO | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No prefix matching: `--nnode 3` is a mistake to name, not `--nnodes 3` (nor, once a
+        # new flag shares the prefix, a different one).
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         if message:
@@ -46,7 +53,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message, hint=hint)
 
     def _suggestion(self, message: str) -> str | None:
-        """A "did you mean" for a mistyped command or step (`chek`), from this parser's own."""
+        """A "did you mean" for a mistyped command or step (`chek`) or flag (`--nnode`), from
+        this parser's own."""
+        unknown = re.match(r"unrecognized arguments: (-[^ =]*)", message)
+        if unknown:
+            flags = [
+                flag
+                for flag, action in self._option_string_actions.items()
+                if flag.startswith("--") and action.help is not argparse.SUPPRESS
+            ]
+            close = difflib.get_close_matches(unknown.group(1), flags, n=1, cutoff=0.6)
+            return f"did you mean `{close[0]}`?" if close else None
+        stray = re.match(r"unrecognized arguments: ([^-]\S*)", message)
+        if stray and self.prog.endswith(" launch"):
+            return f"the job goes after --: {self.prog} [INVENTORY] -- {stray.group(1)} [ARGS]"
         for action in self._actions:
             if not isinstance(action, argparse._SubParsersAction):
                 continue
@@ -276,7 +296,7 @@ def _add_inventory_arguments(parser: argparse.ArgumentParser, default: str) -> N
 
 def _add_report_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("report")
-    group.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    group.add_argument("--format", choices=REPORT_FORMATS, default="text", help="output format")
     group.add_argument(
         "--output", "-o", default=None, metavar="FILE", help="write the report to FILE"
     )
@@ -321,7 +341,24 @@ def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_slurm_options(parser)
     _add_connection_options(parser)
     _add_report_options(parser)
+    _add_baseline_options(parser)
     parser.set_defaults(handler="clusterkit.commands.check:run")
+
+
+def _add_baseline_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("baseline (docs/report.md)")
+    group.add_argument(
+        "--save-baseline",
+        metavar="FILE",
+        help="record this run's known-good state (versions, GPUs, VBIOS, MTUs, bus "
+        "bandwidth) in FILE; written only when the verdict is pass",
+    )
+    group.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="name every difference from the baseline in FILE (baseline.drift: a warning, "
+        "unless clusterkit.expect pins the value)",
+    )
 
 
 def _add_check_run_options(
@@ -927,6 +964,14 @@ def _add_launch_gate(parser: argparse.ArgumentParser) -> None:
     _add_check_run_options(gate, strict_help="warnings refuse the launch too")
     gate.add_argument("--no-check", action="store_true", help="launch without checking (loudly)")
     gate.add_argument(
+        "--lint",
+        choices=("warn", "strict", "off"),
+        default="warn",
+        help="lint the job's script first (clusterkit lint, docs/lint.md): print the findings "
+        "and go ahead (warn, the default), refuse a failing lint (strict; with --strict, a "
+        "warning too), or skip it (off)",
+    )
+    gate.add_argument(
         "--check-report",
         metavar="FILE",
         help="reuse this passing JSON report of `check` instead of checking again",
@@ -943,7 +988,7 @@ def _add_launch_gate(parser: argparse.ArgumentParser) -> None:
         help="write the check's report to FILE (--format picks json or junit)",
     )
     gate.add_argument("--format", choices=FORMATS, default="text", help="the check report format")
-    _add_only_problems(gate, short=False)
+    _add_only_problems(gate, short=True)
 
 
 def _add_launch_job(parser: argparse.ArgumentParser) -> None:
@@ -989,6 +1034,13 @@ def _add_supervision(parser: argparse.ArgumentParser) -> None:
         "spares, the job moves off it); without it the straggler is only named",
     )
     watch.add_argument(
+        "--no-hardware-watch",
+        action="store_true",
+        help="do not re-read each node's kernel log (new Xids, OOM kills), RDMA ports and "
+        "nvidia-smi while the job runs (by default a fault `check` fails a node for stops the "
+        "job at once as a node fault)",
+    )
+    watch.add_argument(
         "--stacks",
         choices=("auto", "py-spy", "faulthandler"),
         default="auto",
@@ -1004,8 +1056,8 @@ def _add_supervision(parser: argparse.ArgumentParser) -> None:
     _add_seconds(
         watch,
         "--node-timeout",
-        "a node silent this long (its heartbeat comes every 5 s) is lost (default: 60)",
-        default=60.0,
+        "a node silent this long (it speaks at least once a second) is lost (default: 10)",
+        default=10.0,
     )
     _add_seconds(watch, "--time-limit", "stop the job after this long (default: none)")
 
@@ -1052,6 +1104,45 @@ def _add_resilience(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_lint(sub: argparse._SubParsersAction[_Parser]) -> None:
+    parser = sub.add_parser(
+        "lint",
+        help="find the training script's distributed mistakes before the job runs",
+        description="Read the training script and the local modules it imports (never run "
+        "them) and name the mistakes that break or slow a multi-node torchrun job: a "
+        "localhost MASTER_ADDR, mp.spawn under torchrun, the GPU picked by the global rank, a "
+        "--local_rank argument, samplers, collectives in except blocks, ... (docs/lint.md). "
+        "With an inventory (or --nodes), rules are judged for that cluster. Exit status: 0 "
+        "clean or warnings, 1 a failing rule (--strict: a warning too), 2 bad input.",
+    )
+    parser.add_argument("script", metavar="SCRIPT", help="the job's entry script")
+    parser.add_argument(
+        "script_args",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="the script's own arguments, as launch would pass them (options of lint go "
+        "before SCRIPT)",
+    )
+    cluster = parser.add_argument_group("the cluster the script will run on")
+    cluster.add_argument(
+        "-i",
+        "--inventory",
+        dest="inventory_sources",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="Ansible inventory: its hosts are the nodes, clusterkit.expect.gpus_per_node the "
+        "ranks per node (repeatable)",
+    )
+    cluster.add_argument(
+        "--nodes", type=_positive_int, default=None, metavar="N", help="nodes the job runs on"
+    )
+    _add_nproc_per_node(cluster, "the inventory's expect.gpus_per_node, else not known")
+    parser.add_argument("--strict", action="store_true", help="warnings fail too")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.set_defaults(handler="clusterkit.commands.lint:run")
+
+
 def _add_completion(sub: argparse._SubParsersAction[_Parser]) -> None:
     parser = sub.add_parser(
         "completion",
@@ -1059,7 +1150,10 @@ def _add_completion(sub: argparse._SubParsersAction[_Parser]) -> None:
         description="Print the completion script for your shell; load it from your shell's "
         "start-up file.",
     )
-    parser.add_argument("shell", choices=SHELLS, help="bash or zsh")
+    parser.add_argument("shell", nargs="?", choices=SHELLS, help="bash, zsh or fish")
+    parser.add_argument(  # what the scripts call to complete --limit: not for people
+        "--hosts", metavar="INVENTORY", default=None, help=argparse.SUPPRESS
+    )
     parser.set_defaults(handler="clusterkit.commands.completion:run")
 
 
@@ -1097,9 +1191,15 @@ EXAMPLES = {
         "clusterkit provision inventory.yaml --dry-run      # what would change",
         "clusterkit provision inventory.yaml --tags firewall --limit node4",
     ],
+    "lint": [
+        "clusterkit lint train.py                           # the script's distributed mistakes",
+        "clusterkit lint -i inventory.yaml train.py --epochs 3   # judged for this cluster",
+        "clusterkit lint --nodes 2 --nproc-per-node 8 --format json train.py",
+    ],
     "completion": [
         'eval "$(clusterkit completion bash)"              # in ~/.bashrc',
         'eval "$(clusterkit completion zsh)"               # in ~/.zshrc',
+        "clusterkit completion fish | source               # in ~/.config/fish/config.fish",
     ],
 }
 
@@ -1176,6 +1276,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_image,
         _add_cost,
         _add_provision,
+        _add_lint,
         _add_completion,
     ):
         add(sub)
@@ -1221,6 +1322,27 @@ def _speaking_to(
     return parser
 
 
+def _parse_words(
+    parser: argparse.ArgumentParser, words: list[str], env: Environment | None
+) -> argparse.Namespace:
+    """parse_args, but words no parser took are refused by the command they were given to,
+    which knows its own flags for a "did you mean"."""
+    args, extra = _speaking_to(parser, env).parse_known_args(words)
+    if extra:
+        _chosen(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser the parsed `args` went through."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            child = action.choices.get(getattr(args, action.dest, None) or "")
+            if child is not None:
+                return _chosen(child, args)
+    return parser
+
+
 def parse(argv: Sequence[str] | None = None, env: Environment | None = None) -> argparse.Namespace:
     """The command line as a Namespace; --help and --version print to `env`'s stdout (None:
     the process's) and exit with SystemExit, as argparse does."""
@@ -1231,18 +1353,20 @@ def parse(argv: Sequence[str] | None = None, env: Environment | None = None) -> 
         words, job = words[:cut], words[cut + 1 :]
     lead = next((i for i, word in enumerate(words) if not word.startswith("-")), len(words))
     if words[lead : lead + 2] == ["cost", "prices"]:
-        args = _speaking_to(cost_prices_parser(), env).parse_args(words[:lead] + words[lead + 2 :])
+        args = _parse_words(cost_prices_parser(), words[:lead] + words[lead + 2 :], env)
         if args.prices_command is None:
             raise UsageError("cost prices: give a step", hint="try `clusterkit cost prices update`")
         args.command = "cost"
     else:
-        args = _speaking_to(build_parser(), env).parse_args(words)
+        args = _parse_words(build_parser(), words, env)
     args.verbose = getattr(args, "verbose", 0)
     if args.command is None:
         raise UsageError("no command given", hint="try `clusterkit check`")
-    if job and args.command != "launch":
+    if job and args.command not in ("launch", "lint"):
         raise UsageError(f"{args.command}: unexpected arguments after --")
     args.job = job
+    if args.command == "lint":  # `lint train.py -- --epochs 3`: the script's words too
+        args.script_args = [*args.script_args, *job]
     return args
 
 
@@ -1254,6 +1378,7 @@ OUTPUT_FLAGS = {
     "digest_file": "--digest-file",
     "check_output": "--check-output",
     "exclude_file": "--exclude-file",
+    "save_baseline": "--save-baseline",
 }
 # Written by one command only: `cost --trace` is a file read, `launch --trace` one written.
 COMMAND_OUTPUT_FLAGS = {"launch": {"trace": "--trace"}}

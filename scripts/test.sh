@@ -11,7 +11,9 @@ PYTHON=${PYTHON:-python3}
 VENV=${CLUSTERKIT_VENV:-.venv}
 SYSTEM_PACKAGES=(openssh-server openssh-client iptables iproute2 procps psmisc kmod
                  docker.io docker-registry debootstrap ca-certificates
-                 slurmctld slurmd slurm-client munge)
+                 slurmctld slurmd slurm-client munge
+                 prometheus  # promtool and a server: the metrics tests (docs/report.md)
+                 fish)  # its completion script is run, not only read
 
 if [ "$(id -u)" = 0 ]; then
   missing=()

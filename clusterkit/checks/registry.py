@@ -84,6 +84,7 @@ _CONNECT_PROBE_STATIC = {
     "storage.shared": "a token written in each shared path on the master is read on every node",
     "storage.free": "free space in every shared path: at least 10 GiB and 5% of the filesystem",
     "dcgm.diag": "every DCGM diagnostic test (dcgmi diag -r N) passed on every GPU",
+    "baseline.drift": "no difference from the known-good baseline (check --baseline FILE)",
 }
 
 

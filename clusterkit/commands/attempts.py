@@ -27,6 +27,7 @@ from clusterkit.launch.incidents import Incident, attempt_folder_name, restart_m
 from clusterkit.launch.plan import LaunchSettings
 from clusterkit.launch.spares import NodePool, problems_by_host
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
+from clusterkit.launch.watch import node_devices
 from clusterkit.report.escape import printable
 from clusterkit.safefiles import PrivateFolder
 from clusterkit.stages import Session, Stage, run_stages
@@ -35,7 +36,8 @@ from clusterkit.stages.session import NoProgress, SessionOptions
 
 RECHECK_STAGES = ("probe", "static", "network")  # fast: seconds, not the bench's minutes
 POSTMORTEM_STAGES = ("probe", "static")  # what a failed attempt's survivors say of themselves
-RECOVERABLE = ("failed", "lost", "hung", "slow")  # what a restart may cure; not a time limit
+# What a restart may cure; not a time limit. node-fault: the hardware watch stopped it.
+RECOVERABLE = ("failed", "lost", "hung", "slow", "node-fault")
 RESTART_VARIABLE = "CLUSTERKIT_RESTART"  # the attempt number, 0 first: resume when > 0
 
 
@@ -113,6 +115,8 @@ class Attempts:
         incident = self.incidents[-1] if self.incidents and self.attempt else None
         folder = self._attempt_folder()
         options = replace(self.options, on_running=self._on_running(incident), log_dir=folder)
+        # What the node set's facts list is all each node's hardware watch may name.
+        options.devices = {host: node_devices(facts) for host, facts in self.facts.items()}
         stage = LaunchStage(settings, options, gated=False, strict=self.args.strict)
         try:
             run_stages(session, self.steps([stage]))
@@ -141,10 +145,15 @@ class Attempts:
             return None
 
         def running() -> None:
-            incident.running_s = time.time() - incident.detected
+            incident.running_s = time.time() - incident.began
+            since = (
+                f"the fault (last heard {incident.detect_s:.1f} s before it was detected)"
+                if incident.onset is not None and incident.detect_s >= 0.05
+                else "the fault was detected"
+            )
             self.note(
                 f"clusterkit: recovered: every rank of attempt {self.attempt} runs, "
-                f"{incident.running_s:.1f} s after the fault was detected"
+                f"{incident.running_s:.1f} s after {since}"
             )
 
         return running
@@ -153,7 +162,9 @@ class Attempts:
 
     def _recover(self, outcome: JobOutcome) -> tuple[dict[str, HostFacts], dict[str, Any]] | None:
         """The facts and details of the node set of the next attempt, or None: stop here."""
+        stopped = time.time()  # the attempt has ended: every rank stopped
         detected = _wall(outcome.detected_at)
+        onset = None if outcome.onset_at is None else _wall(outcome.onset_at)
         self.fresh_facts = {}
         survivors = [h for h in self.pool.active if not _lost(outcome, h)]
         may_restart = self.node_restarts < self.args.max_restarts
@@ -165,9 +176,10 @@ class Attempts:
             node_problems=evidence[0],
             oom_pids=evidence[1],
             straggler=_straggler(outcome),
+            hardware=_hardware(outcome),
         )
-        incident = Incident(self.attempt, detected, fault, evidence=outcome.evidence)
-        incident.stop_s = time.time() - detected
+        incident = Incident(self.attempt, detected, fault, evidence=outcome.evidence, onset=onset)
+        incident.stop_s = stopped - incident.began
         self.incidents.append(incident)
         action = self._action(fault)
         if action is not None:
@@ -180,7 +192,7 @@ class Attempts:
             self._say(f"clusterkit: {incident.line()}")
             return dict(self.facts), dict(self.facts_details)
         self.node_restarts += 1
-        return self._replace_nodes(incident, fault, detected)
+        return self._replace_nodes(incident, fault)
 
     def _action(self, fault: Fault) -> str | None:
         """Why the run ends here, or None when it goes on."""
@@ -191,13 +203,13 @@ class Attempts:
         return None
 
     def _replace_nodes(
-        self, incident: Incident, fault: Fault, detected: float
+        self, incident: Incident, fault: Fault
     ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         incident.excluded = self.pool.exclude({h: [fault.reason] for h in fault.hosts})
         for host in incident.excluded:
             self.left_out(host, fault.reason, host in fault.own_evidence)
         found = self.settle(incident)
-        incident.recheck_s = time.time() - detected
+        incident.recheck_s = time.time() - incident.began
         return found
 
     def settle(
@@ -326,6 +338,12 @@ def _straggler(outcome: JobOutcome) -> tuple[str, str] | None:
     """(host, why) when the attempt was stopped for a straggler (--straggler-fault)."""
     found = outcome.straggler
     return (found.host, found.describe()) if outcome.result == "slow" and found else None
+
+
+def _hardware(outcome: JobOutcome) -> tuple[str, str] | None:
+    """(host, why) when the node's hardware watch stopped the attempt (launch/watch.py)."""
+    found = outcome.hardware_fault
+    return (found.host, f"{found.host} during the run: {found.what}") if found else None
 
 
 def _wall(monotonic: float | None) -> float:

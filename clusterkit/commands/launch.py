@@ -24,6 +24,7 @@ from clusterkit.commands.common import (
     load_targets,
     target_request,
 )
+from clusterkit.commands.lint import lint_before_launch
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.facts import PROBE_VERSION, FactsByHost, HostFacts, MalformedFacts, parse_facts
@@ -33,10 +34,11 @@ from clusterkit.launch.plan import LaunchSettings, NodeLaunch, PlanNode, build_p
 from clusterkit.launch.plan import render_print as render_plan
 from clusterkit.launch.spares import NodeCount, NodePool, problems_by_host
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
+from clusterkit.lint import Context
 from clusterkit.net.plan import NetworkOptions
 from clusterkit.probe import PROBE_SECONDS
 from clusterkit.redact import redact_text
-from clusterkit.report import emit, write_whole
+from clusterkit.report import Report, emit, write_whole
 from clusterkit.report.escape import printable
 from clusterkit.report.progress import progress
 from clusterkit.safefiles import PrivateFolder, UnsafePathError
@@ -64,13 +66,12 @@ class Gate:
     facts: dict[str, HostFacts] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     session: Session | None = None  # open connections, kept for the job
+    report: Report | None = None  # a failed check's, shown when the job cannot go ahead
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
     if not args.job:
-        raise UsageError(
-            "clusterkit launch: no script to run", hint="put it after --: launch INV -- train.py"
-        )
+        raise no_job(args.inventory)
     inventory, target = load_targets(target_request(args), env)
     options = supervise_options(args, env)
     try:
@@ -78,6 +79,19 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus | int:
     finally:
         if options.log_dir is not None:
             options.log_dir.close()
+
+
+def no_job(inventory: str | None) -> UsageError:
+    """No words after `--`: where the job goes, and what became of a script given before."""
+    if inventory and inventory.endswith(".py"):
+        return UsageError(
+            f"clusterkit launch: {inventory} was read as the inventory, and no job was given",
+            hint=f"the job goes after --: clusterkit launch [INVENTORY] -- {inventory} [ARGS]",
+        )
+    return UsageError(
+        "clusterkit launch: no script to run",
+        hint="the job goes after --: clusterkit launch [INVENTORY] -- train.py [ARGS]",
+    )
 
 
 def launch(
@@ -92,6 +106,9 @@ def launch(
         pool = node_pool(args, env, inventory, gate)
         if pool is None:
             return gate.status if gate.status is not ExitStatus.PASSED else ExitStatus.FAILED
+        context = lint_context(args, inventory, gate, pool)
+        if not lint_before_launch(args, env, context, partial(note, env)):
+            return ExitStatus.FAILED
         run_id = uuid.uuid4().hex[:12]
         if args.print or args.print_dir:
             chosen = subset(inventory, pool.active)
@@ -153,35 +170,53 @@ def node_pool(
             hint="give at most as many nodes as there are hosts (the rest are spares)",
         )
     pool = NodePool(count, tuple(names))
-    if gate.status is not ExitStatus.PASSED:
-        if args.nnodes is None or gate.session is None:
-            note(
-                env, f"clusterkit: the check did not pass: nothing was started (exit {gate.status})"
-            )
-            return None
-        problems, whole = problems_by_host(gate.session.findings, names, strict=args.strict)
-        for host, error in gate.session.unreachable.items():
-            problems.setdefault(host, [f"unreachable: {error.detail}"])
-        if whole:
-            note(
-                env,
-                f"clusterkit: the check failed for every node ({whole[0]}): nothing was started",
-            )
-            return None
-        for host in pool.exclude(problems):
-            note(
-                env,
-                printable(f"clusterkit: {host} failed the check, left out: {problems[host][0]}"),
-            )
+    if gate.status is not ExitStatus.PASSED and not leave_out_failing(args, env, gate, pool):
+        return None
     pool.fill(first=True)
     if not pool.enough:
+        show_gate_report(args, env, gate)
         note(
             env,
             f"clusterkit: {counted(len(pool.active), 'healthy node')}, --nnodes needs "
             f"{count.least}: nothing was started",
         )
         return None
+    if pool.excluded:
+        note(
+            env,
+            f"clusterkit: the check failed on {', '.join(pool.excluded)}: the job goes ahead "
+            f"without {'it' if len(pool.excluded) == 1 else 'them'}, on "
+            f"{counted(len(pool.active), 'node')} (--nnodes {count})",
+        )
     return pool
+
+
+def leave_out_failing(
+    args: argparse.Namespace, env: Environment, gate: Gate, pool: NodePool
+) -> bool:
+    """With --nnodes, the hosts that failed the check leave the pool, each named with why;
+    False (nothing starts) without --nnodes, or when the check failed for every node."""
+    if args.nnodes is None or gate.session is None:
+        show_gate_report(args, env, gate)
+        note(env, f"clusterkit: the check did not pass: nothing was started (exit {gate.status})")
+        return False
+    names = list(pool.order)
+    problems, whole = problems_by_host(gate.session.findings, names, strict=args.strict)
+    for host, error in gate.session.unreachable.items():
+        problems.setdefault(host, [f"unreachable: {error.detail}"])
+    if whole:
+        show_gate_report(args, env, gate)
+        note(env, f"clusterkit: the check failed for every node ({whole[0]}): nothing was started")
+        return False
+    for host in pool.exclude(problems):
+        note(env, printable(f"clusterkit: {host} failed the check, left out: {problems[host][0]}"))
+    return True
+
+
+def show_gate_report(args: argparse.Namespace, env: Environment, gate: Gate) -> None:
+    """The failed check's report, when --nnodes held it back and the job does not start."""
+    if args.nnodes is not None and gate.report is not None and not args.check_output:
+        emit(gate.report, args.format, None, env, only_problems=args.only_problems)
 
 
 def slurm_left_out(
@@ -243,6 +278,16 @@ def record_run(args: argparse.Namespace, env: Environment, gate: Gate, attempts:
         emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
 
 
+def lint_context(
+    args: argparse.Namespace, inventory: Inventory, gate: Gate, pool: NodePool
+) -> Context:
+    """The cluster the lint judges the script for: the nodes the job starts on, and the
+    ranks per node the plan will give them."""
+    expected = inventory.settings.expect.gpus_per_node
+    nproc = ranks_per_node(args.nproc_per_node, expected, gate.facts)
+    return Context(nodes=len(pool.active), nproc_per_node=nproc)
+
+
 def note(env: Environment, text: str) -> None:
     """clusterkit's own line on stderr; it may quote the job (last lines): secrets redacted."""
     print(redact_text(text), file=env.stderr, flush=True)
@@ -253,6 +298,7 @@ def supervise_options(args: argparse.Namespace, env: Environment) -> SuperviseOp
     return SuperviseOptions(
         hang_timeout=args.hang_timeout,
         straggler_fault=args.straggler_fault,
+        watch=not args.no_hardware_watch,
         stop_grace=args.stop_grace,
         node_timeout=args.node_timeout,
         stacks=args.stacks,
@@ -297,11 +343,13 @@ def check_gate(
         session = checked_session(args, env, inventory, bar, target)
     report = build_report(session, "launch", seconds=time.monotonic() - started, strict=args.strict)
     status = report.exit_status
-    if status is not ExitStatus.PASSED or args.check_output:
+    # With --nnodes a failed check may still go ahead without the failing hosts: node_pool
+    # shows the report only when it does not.
+    if (status is not ExitStatus.PASSED and args.nnodes is None) or args.check_output:
         emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
     if status is ExitStatus.PASSED and not session.unreachable:
         note(env, f"clusterkit: check passed in {report.seconds:.1f} s")
-    return Gate(status, "checked", session.facts, session.details, session)
+    return Gate(status, "checked", session.facts, session.details, session, report)
 
 
 def connect_gate(

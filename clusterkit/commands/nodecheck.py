@@ -14,7 +14,7 @@ from clusterkit.checks.gpu_health import drain_notes as gpu_drain_notes
 from clusterkit.checks.host_health import drain_notes as device_drain_notes
 from clusterkit.checks.hostlog import drain_notes as host_drain_notes
 from clusterkit.checks.links import drain_notes as fabric_drain_notes
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import BY_HAND, NEEDS_FIX, Finding, Fix, Status
 from clusterkit.checks.recovery import drain_notes as recovery_drain_notes
 from clusterkit.checks.xid import drain_notes as xid_drain_notes
 from clusterkit.environment import Environment
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     except TransportError as error:
         findings.append(Finding("probe.ran", Status.ERROR, f"{name}: {error.detail}", hosts=[name]))
     judged = node_findings(facts, settings, args.settings)
-    findings += not_judged(judged, job_python_named=bool(args.python or interpreter))
+    findings += one_node(not_judged(judged, job_python_named=bool(args.python or interpreter)))
     report = Report(
         command="node-check",
         inventory=args.settings,
@@ -105,9 +105,54 @@ def node_findings(
     facts: FactsByHost, settings: ClusterSettings, settings_path: str | None
 ) -> list[Finding]:
     """The static checks less parity (it needs several nodes), and the fabric checks one node
-    can judge by itself."""
-    static = static_findings(facts, settings.expect, settings_path, busy_mib=settings.gpu_busy_mib)
-    return [f for f in static if not f.id.startswith("parity.")] + node_fabric_findings(facts)
+    can judge by itself. A fix's command names no inventory: node-check has none (the
+    settings file is not one), so node_remedies gives the command for this node."""
+    static = static_findings(facts, settings.expect, None, busy_mib=settings.gpu_busy_mib)
+    found = [f for f in static if not f.id.startswith("parity.")] + node_fabric_findings(facts)
+    return node_remedies(found)
+
+
+def node_remedies(findings: list[Finding]) -> list[Finding]:
+    """A fix's remedy as it fits where node-check runs (on the node, from Slurm, with no
+    inventory): the provision command for this node, run from the machine that holds the
+    cluster's inventory, then what the check said to do by hand on the node."""
+    fitted = []
+    for finding in findings:
+        if finding.fix is not None and finding.status in NEEDS_FIX:
+            fix = Fix(finding.fix.tags, tuple(finding.hosts) or finding.fix.hosts)
+            command = fix.command("INVENTORY")
+            by_hand = BY_HAND + finding.remedy if finding.remedy else ""
+            finding = replace(
+                finding,
+                remedy=f"where the cluster's inventory is: {command}{by_hand}",
+            )
+        fitted.append(finding)
+    return fitted
+
+
+# The checks speak of a cluster ("no host has NVIDIA GPUs"); node-check judges one node.
+ONE_NODE = (
+    ("no host has both", "this node does not have both"),
+    ("no host has NVIDIA GPUs", "this node has no NVIDIA GPU"),
+    ("no host with NVIDIA GPUs reported facts", "this node reported no NVIDIA GPU"),
+    ("no GPU host with", "this node is not a GPU node with"),
+    ("no GPU host where", "this node is not a GPU node where"),
+    ("no node reports", "this node reports no"),
+    ("on every node", "on this node"),
+    ("on every host", "on this node"),
+    ("on every GPU node", "on this node"),
+)
+
+
+def one_node(findings: list[Finding]) -> list[Finding]:
+    """The findings' messages as said of the one node node-check judges."""
+    spoken = []
+    for finding in findings:
+        message = finding.message
+        for cluster, node in ONE_NODE:
+            message = message.replace(cluster, node)
+        spoken.append(replace(finding, message=message) if message != finding.message else finding)
+    return spoken
 
 
 def not_judged(findings: list[Finding], *, job_python_named: bool) -> list[Finding]:

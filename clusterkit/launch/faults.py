@@ -69,6 +69,7 @@ def classify(
     node_problems: Mapping[str, Sequence[str]] | None = None,
     oom_pids: Mapping[str, Iterable[int]] | None = None,
     straggler: tuple[str, str] | None = None,
+    hardware: tuple[str, str] | None = None,
 ) -> Fault:
     """The fault behind a failed attempt.
 
@@ -76,7 +77,9 @@ def classify(
     stacks grouped by wait point, and the hosts whose stacks never came; `node_problems`:
     host -> the failing findings of the nodes' checks run after the stop; `oom_pids`: host
     -> pids the kernel's OOM killer killed (from the node's log); `straggler`: (host, why)
-    when the run was stopped because that node held the others back (--straggler-fault)."""
+    when the run was stopped because that node held the others back (--straggler-fault);
+    `hardware`: (host, why) when the node's hardware watch stopped the run: its own kernel
+    log or nvidia-smi said so, graded as `check` grades it (launch/watch.py)."""
     found: dict[str, list[str]] = {}
     own: list[str] = []
 
@@ -97,6 +100,8 @@ def classify(
             if meaning:
                 blame(item.host, f"{item.who}: {meaning}: {line.strip()[:200]}")
                 break
+    if hardware is not None:  # the watch's event came first: it is the reason
+        blame(hardware[0], hardware[1], its_own=True)
     for host, problems in (node_problems or {}).items():
         for problem in problems:
             blame(host, f"{host} fails its checks now: {problem}", its_own=True)

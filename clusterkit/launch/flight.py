@@ -63,7 +63,8 @@ def _missing(group: str, records: Mapping[RankKey, Sequence[FlightEntry]]) -> li
     if not behind:
         return []
     op = _op(lasts[ahead[0]])
-    parts = [f"{_who(ahead)} wait in {op} #{top} of process group {group}"]
+    verb = "waits" if len(ahead) == 1 else "wait"
+    parts = [f"{_who(ahead)} {verb} in {op} #{top} of process group {group}"]
     by_last: dict[int, list[RankKey]] = {}
     for key in behind:
         by_last.setdefault(lasts[key]["seq"], []).append(key)

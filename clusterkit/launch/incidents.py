@@ -1,9 +1,11 @@
 """What happened during a resilient launch, measured: one record per incident.
 
-An incident is a failed attempt: when it was detected, what it was put down to (node or
-job), the evidence, and what was done. A recovery is timed from the detection: every rank
-stopped, the new node set checked, every rank of the next attempt running (the restart
-overhead; the job's reload from its checkpoint comes after). The incidents are written as
+An incident is a failed attempt: when it began and was detected, what it was put down to
+(node or job), the evidence, and what was done. A recovery is timed in steps: detected, every
+rank stopped, the new node set checked, every rank of the next attempt running (the restart
+overhead; the job's reload from its checkpoint comes after), each counted from the fault's
+onset: a lost node's last sign of life, since the outage began there and not when its
+silence had lasted the node timeout (otherwise the detection). The incidents are written as
 a trace `clusterkit cost --trace` reads, so the spot-vs-on-demand estimate can use what
 restarting really costs on this cluster. With --log-dir each attempt keeps its evidence (rank
 logs, torchrun's log, stacks) in its own folder, and every incident names it.
@@ -27,16 +29,27 @@ class Incident:
     detected: float  # wall clock (time.time()) when the failure was seen
     fault: Fault
     action: str = ""  # what was done: "restart on ...", "stop: ..."
-    stop_s: float | None = None  # detection -> every rank stopped
-    recheck_s: float | None = None  # detection -> the new node set checked
-    running_s: float | None = None  # detection -> every rank of the next attempt running
+    stop_s: float | None = None  # onset -> every rank stopped
+    recheck_s: float | None = None  # onset -> the new node set checked
+    running_s: float | None = None  # onset -> every rank of the next attempt running
     excluded: list[str] = field(default_factory=list)  # left out because of this incident
     spares: list[str] = field(default_factory=list)  # taken because of it
     evidence: str | None = None  # the failed attempt's folder in --log-dir, when kept
+    onset: float | None = None  # wall clock: a lost node's last sign of life; None: detected
+
+    @property
+    def began(self) -> float:
+        """When the fault began (wall clock): what the outage is counted from."""
+        return self.detected if self.onset is None else min(self.onset, self.detected)
+
+    @property
+    def detect_s(self) -> float:
+        """The onset -> the detection (a lost node: about the node timeout)."""
+        return self.detected - self.began
 
     @property
     def time(self) -> str:
-        return datetime.fromtimestamp(self.detected, timezone.utc).isoformat(timespec="seconds")
+        return _iso(self.began)
 
     def line(self) -> str:
         """The one line printed when the incident happens (and again when it is resolved)."""
@@ -56,7 +69,9 @@ class Incident:
         fault["ranks"] = {host: list(r) for host, r in self.fault.ranks.items()}
         return {
             "attempt": self.attempt,
-            "detected": self.time,
+            "onset": self.time,
+            "detected": _iso(self.detected),
+            "detect_s": _round(self.detect_s),
             "fault": self.fault.kind,
             "hosts": list(self.fault.hosts),
             "rank": self.fault.rank,
@@ -78,12 +93,16 @@ def attempt_folder_name(attempt: int) -> str:
     return f"attempt-{attempt:d}"
 
 
+def _iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, timezone.utc).isoformat(timespec="seconds")
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
 def restart_minutes(incidents: Sequence[Incident]) -> float | None:
-    """The mean restart overhead (detection to every rank running again) in minutes, over
+    """The mean restart overhead (onset to every rank running again) in minutes, over
     the incidents after which the job ran again; None when there was none."""
     measured = [i.running_s for i in incidents if i.running_s is not None]
     return statistics.fmean(measured) / 60 if measured else None

@@ -23,6 +23,7 @@ LARGEST_ID = 2**31  # ranks and pids are below it: they name files and processes
 # A dump names the ranks of one node: more entries than any node runs are not read (a
 # hostile node's 20,000 entries once became 20,000 files).
 MAX_DUMP_ENTRIES = 1024
+MAX_WATCH_EVENTS = 64  # a node's hardware report holds fewer (the runner sends 32 at most)
 StacksMethod = Literal["py-spy", "faulthandler"]
 
 
@@ -78,6 +79,8 @@ class RankProgress(TypedDict):
     cpu: float  # seconds of CPU time (utime + stime) since it started
     # process group -> [last collective enqueued, last completed]; None before it has one
     groups: dict[str, list[int]] | None
+    ticks: int  # the rank's own samples (ten a second) since it started, with a group
+    busy: int  # ... of which it was computing: outside any collective, its CPU time moving
 
 
 class Progress(TypedDict):
@@ -88,6 +91,29 @@ class Progress(TypedDict):
 class Dump(TypedDict):
     event: Literal["dump"]
     ranks: list[RankDump]
+
+
+WatchKind = Literal["xid", "sxid", "gpu", "gpu-gone", "ib-port", "ib-flap", "oom"]
+WATCH_DEVICE_CHARS = 64
+WATCH_TEXT_CHARS = 300
+WATCH_FIELDS = ("remapped_rows.pending", "remapped_rows.failure", "clocks_event_reasons.active")
+
+
+class WatchEvent(TypedDict):
+    """One fact the node's hardware watch saw appear while the job ran."""
+
+    kind: WatchKind
+    device: str  # a GPU's bus id as the kernel log writes it (0000:18:00), an RDMA port
+    # (mlx5_0/1), or "" for an OOM kill
+    code: int  # the Xid/SXid code; the OOM-killed pid; link_downed's rise; else 0
+    fatal: bool | None  # the severity the kernel's line names, where it names one
+    text: str  # the kernel's words (after the pid and name), or what changed
+    fields: dict[str, str]  # `gpu`: nvidia-smi's values of WATCH_FIELDS
+
+
+class Hardware(TypedDict):
+    event: Literal["hardware"]
+    events: list[WatchEvent]
 
 
 class _Exit(TypedDict):
@@ -101,7 +127,7 @@ class Exit(_Exit, total=False):
     error: str  # why it could not start, or could not be ended
 
 
-ControlMessage = Started | Alive | Dump | Progress | Exit
+ControlMessage = Started | Alive | Dump | Progress | Hardware | Exit
 _SHAPES: dict[str, type[Started] | type[Alive] | type[Exit]] = {
     "started": Started,
     "alive": Alive,
@@ -110,7 +136,7 @@ _SHAPES: dict[str, type[Started] | type[Alive] | type[Exit]] = {
 
 
 class _Event(TypedDict):
-    event: Literal["started", "alive", "dump", "progress", "exit"]
+    event: Literal["started", "alive", "dump", "progress", "hardware", "exit"]
 
 
 def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
@@ -122,6 +148,8 @@ def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
         return _dump(cast(dict[str, object], raw))
     if event == "progress":
         return _progress(cast(dict[str, object], raw))
+    if event == "hardware":
+        return _hardware(cast(dict[str, object], raw))
     shape = _SHAPES.get(event) if isinstance(event, str) else None
     if shape is None:
         envelope = {"event": event} if isinstance(raw, dict) else raw
@@ -141,6 +169,42 @@ def _dump(raw: dict[str, object]) -> tuple[Dump, list[str]]:
 def _progress(raw: dict[str, object]) -> tuple[Progress, list[str]]:
     kept, dropped = _rank_entries(raw, "progress", RankProgress)
     return Progress(event="progress", ranks=kept), dropped
+
+
+def _hardware(raw: dict[str, object]) -> tuple[Hardware, list[str]]:
+    """The well-formed events of a hardware report, each checked alone and bounded."""
+    dropped = [
+        f"hardware: unknown key {key!r:.40}" for key in raw if key not in ("event", "events")
+    ]
+    events = raw.get("events")
+    if not isinstance(events, list):
+        return Hardware(event="hardware", events=[]), [
+            *dropped,
+            str(shape_problem(events, list[WatchEvent], "hardware.events")),
+        ]
+    kept: list[WatchEvent] = []
+    for index, entry in enumerate(events[:MAX_WATCH_EVENTS]):
+        path = f"hardware.events[{index}]"
+        problem = shape_problem(entry, WatchEvent, path) or _watch_problem(entry, path)
+        if problem is None:
+            kept.append(entry)
+        else:
+            dropped.append(problem)
+    if len(events) > MAX_WATCH_EVENTS:
+        dropped.append(f"hardware.events: {len(events)} entries, only {MAX_WATCH_EVENTS} read")
+    return Hardware(event="hardware", events=kept), dropped
+
+
+def _watch_problem(entry: WatchEvent, path: str) -> str | None:
+    """An event longer than the node program sends, or with fields it never sends."""
+    if len(entry["device"]) > WATCH_DEVICE_CHARS or len(entry["text"]) > WATCH_TEXT_CHARS:
+        return f"{path}: longer than the watch sends"
+    if not 0 <= entry["code"] < LARGEST_ID:
+        return f"{path}.code: {entry['code']} is out of range"
+    fields = entry["fields"]
+    if any(key not in WATCH_FIELDS or len(value) > 32 for key, value in fields.items()):
+        return f"{path}.fields: not nvidia-smi's {', '.join(WATCH_FIELDS)}"
+    return None
 
 
 def _rank_entries(raw: dict[str, object], event: str, shape: Any) -> tuple[list[Any], list[str]]:

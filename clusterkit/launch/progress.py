@@ -11,8 +11,10 @@ completed (launch/messages.py `RankProgress`). From them:
   of whose ranks advance for `--hang-timeout` is hung. Before a rank has a process group (or
   where the ranks cannot report one, e.g. inside a container), its CPU time counts.
 - **stragglers**: in a synchronous job the others wait in a collective while the slowest
-  computes. A node whose every rank is computing in most samples while the other nodes'
-  ranks are mostly waiting is the straggler; the ratio of the two shares is its slowdown.
+  computes. Each rank counts, ten times a second, whether it computes (outside any
+  collective, its CPU time moving). A node whose every rank computed in most of the last
+  window while the other nodes' ranks mostly waited is the straggler; the ratio of the two
+  shares is its slowdown (its compute takes that many times the others').
 
 The samples are the job's own data (its ranks write the counters): they judge the job's
 progress and may name a slow node for this run, never drain one.
@@ -41,6 +43,8 @@ class Sample:
     at: float
     cpu: float
     groups: Mapping[str, tuple[int, int]] | None
+    ticks: int = 0  # the rank's own samples (ten a second) so far ...
+    busy: int = 0  # ... and those in which it computed
 
     @property
     def waiting(self) -> bool:
@@ -91,7 +95,7 @@ class ProgressWatch:
 
     window: int = STRAGGLER_WINDOW
     last: dict[RankKey, Sample] = field(default_factory=dict)
-    computing: dict[RankKey, deque[tuple[float, bool]]] = field(default_factory=dict)
+    history: dict[RankKey, deque[Sample]] = field(default_factory=dict)
     reported: bool = False  # some rank reported its process groups: printing is no progress
 
     def add(self, host: str, rank: int, sample: Sample) -> bool:
@@ -101,23 +105,21 @@ class ProgressWatch:
         self.last[key] = sample
         if sample.groups is not None:
             self.reported = True
-        if before is None:
-            return True
         if sample.groups is not None:
-            history = self.computing.setdefault(key, deque(maxlen=self.window))
-            history.append((sample.at, computing(before, sample)))
-        return advanced(before, sample)
+            self.history.setdefault(key, deque(maxlen=self.window)).append(sample)
+        return before is None or advanced(before, sample)
 
     def straggler(self) -> Straggler | None:
         """The one node whose ranks the others wait for, by a clear margin, over a full
         window of every rank's samples; None when there is none (or too few samples)."""
         by_host: dict[str, list[float]] = {}
         spans: list[float] = []
-        for (host, _), history in self.computing.items():
-            if len(history) < self.window:
+        for (host, _), history in self.history.items():
+            ticks = history[-1].ticks - history[0].ticks
+            if len(history) < self.window or ticks <= 0:
                 return None
-            by_host.setdefault(host, []).append(sum(c for _, c in history) / len(history))
-            spans.append(history[-1][0] - history[0][0])
+            by_host.setdefault(host, []).append((history[-1].busy - history[0].busy) / ticks)
+            spans.append(history[-1].at - history[0].at)
         if len(by_host) < 2:
             return None
         slowest = min(by_host, key=lambda h: -min(by_host[h]))  # all its ranks busy

@@ -11,7 +11,9 @@ keeps each rank's last lines, and decides:
   every node for every rank's stacks, group the ranks by where they wait, stop the job;
 - a node says nothing at all (not even its heartbeat) for `node_timeout`, or its
   connection ends without an exit report: the node is lost, the rest is stopped at once
-  (no grace: what the others report next follows from the loss, and a restart waits);
+  (no grace: what the others report next follows from the loss, and a restart waits).
+  A lost node is gone: its stop and sweep go on in the background, never in the way of
+  the restart, and the outage counts from its last sign of life, not from the detection;
 - Ctrl-C or SIGTERM: stop everything.
 
 Stopping is the node process's job ("stop", or the end of its stdin); when a node does not
@@ -33,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from clusterkit.checks.model import Status
 from clusterkit.errors import TransportError
 from clusterkit.launch import failure as failures
 from clusterkit.launch import flight, stacks
@@ -41,12 +44,14 @@ from clusterkit.launch.messages import (
     MalformedControl,
     RankDump,
     RankProgress,
+    WatchEvent,
     own_ranks,
     parse_control,
 )
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.launch.progress import ProgressWatch, Sample, Straggler
 from clusterkit.launch.remedies import Remedy, remedy_for
+from clusterkit.launch.watch import Graded, grade, own_events
 from clusterkit.redact import redact_text
 from clusterkit.report.escape import printable
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
@@ -59,7 +64,10 @@ START_SECONDS = 30.0  # the server starts the node process by then
 FAILURE_GRACE = 2.0  # after a node fails, how long the others may report their own failure
 DUMP_SECONDS = 45.0  # every node's stack dumps are back by then (py-spy: ~0.1 s a rank)
 STOP_MARGIN = 8.0  # beyond the stop grace, before a node's process group is killed
-NODE_TIMEOUT = 60.0  # no byte from a node (heartbeats come every 5 s): it is lost
+SWEEP_SECONDS = 10.0  # the sweep of a node that never confirmed its stop answers by then
+# No byte from a node for this long (its runner speaks at least every second): it is lost.
+# Ten missed beats in a row: a loaded node delays a beat by a second or two, not ten.
+NODE_TIMEOUT = 10.0
 # After the other nodes reported their end, how long one may still run with no rank printing
 # before it is stopped: a rank may still write a last checkpoint, but a node that keeps its
 # heartbeat and never reports would hold the launch forever without --time-limit.
@@ -103,6 +111,10 @@ class SuperviseOptions:
     note: Callable[[str], None] = print  # clusterkit's own messages
     on_running: Callable[[], None] | None = None  # called once every rank has printed
     straggler_fault: bool = False  # a straggler named during the run stops it as a node fault
+    watch: bool = True  # each node's runner watches its hardware while the job runs
+    # host -> the devices its facts list (launch/watch.py node_devices): a node's hardware
+    # events name only these; None: not known (no check), every event read
+    devices: Mapping[str, frozenset[str]] | None = None
 
 
 @dataclass
@@ -134,9 +146,12 @@ class JobOutcome:
     seconds: float = 0.0
     all_failures: list[failures.Failure] = field(default_factory=list)  # every one seen
     detected_at: float | None = None  # monotonic: the first failure, or the hang, seen
+    onset_at: float | None = None  # monotonic: when it began (a lost node's last sign of life)
     running_at: float | None = None  # monotonic: every rank had printed (it runs)
     evidence: str | None = None  # the --log-dir folder this attempt's logs and stacks went to
     straggler: Straggler | None = None  # the node named as holding the job back, if any
+    hardware: list[Graded] = field(default_factory=list)  # what the watch saw, each once
+    hardware_fault: Graded | None = None  # the first watch event that stopped the job
 
     @property
     def remedy(self) -> Remedy | None:
@@ -158,7 +173,8 @@ class _Node:
     ended: bool = False
     lost: bool = False
     error: str | None = None
-    heard_at: float = field(default_factory=time.monotonic)
+    heard_at: float = field(default_factory=time.monotonic)  # its last byte (sign of life)
+    spoke: bool = False  # any byte yet: before the first, the start may take START_SECONDS
     agent_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     dump: list[RankDump] | None = None
     dump_problems: list[str] = field(default_factory=list)  # entries dropped as malformed
@@ -177,7 +193,8 @@ class _Node:
 
 
 class Supervisor:
-    """Runs one launch plan to its end; `run()` returns the outcome, never leaves a process."""
+    """Runs one launch plan to its end; `run()` returns the outcome, never leaves a process
+    on a node it can reach (a node lost to silence stops its own share once it is back)."""
 
     def __init__(
         self,
@@ -196,6 +213,7 @@ class Supervisor:
         self.log_failed = False  # --log-dir became unwritable: told once, then left alone
         self.failures: list[failures.Failure] = []
         self.failed_at: float | None = None
+        self.onset_at: float | None = None  # when the first failure began, as far as known
         self.stopping_since: float | None = None
         self.stop_reason = ""
         self.last_progress = time.monotonic()
@@ -209,6 +227,9 @@ class Supervisor:
         self.running_at: float | None = None
         self.progress = ProgressWatch()
         self.straggler: Straggler | None = None
+        self.hardware: list[Graded] = []
+        self.hardware_fault: Graded | None = None
+        self.watch_dropped: set[str] = set()  # hosts told about a dropped hardware event
 
     # --- the node threads -------------------------------------------------------------
 
@@ -224,6 +245,7 @@ class Supervisor:
             "container": node.plan.container,
             "stop_grace": self.options.stop_grace,
             "stacks": self.options.stacks,
+            "watch": self.options.watch,
         }
         python = self.pythons.get(node.host, "python3")
         return shipment(python, source, [json.dumps(spec)])
@@ -241,6 +263,8 @@ class Supervisor:
                     while True:
                         process.send(node.commands.get_nowait())
                 chunk = process.read_lines(Deadline.after(0.2))
+                if chunk:  # stamped on arrival: a busy event queue is not the node's silence
+                    node.heard_at, node.spoke = time.monotonic(), True
                 for line in chunk.splitlines():
                     self.events.put(("line", node.host, line))
                 if not chunk and process.exited:
@@ -293,7 +317,7 @@ class Supervisor:
         return self._outcome()
 
     def _watch(self, deadline: Deadline) -> None:
-        while not all(node.ended for node in self.nodes.values()):
+        while not all(node.ended or node.lost for node in self.nodes.values()):
             try:
                 kind, host, payload = self.events.get(timeout=0.2)
             except queue.Empty:
@@ -303,7 +327,7 @@ class Supervisor:
             self._decide(deadline)
 
     def _handle(self, kind: str, node: _Node, payload: Any) -> None:
-        node.heard_at = time.monotonic()
+        """One event of a node's; when it was heard is stamped where its bytes arrive."""
         if kind == "line":
             self._line(node, payload)
         elif kind == "ended":
@@ -311,7 +335,7 @@ class Supervisor:
             if node.reported_at is None and not node.stopped_by_us:
                 node.lost = True
                 node.error = str(payload or "the node process ended without a report")
-                self._fail(failures.Failure(node.host, None, None, time.monotonic(), lost=True))
+                self._lose(node, time.monotonic())
 
     def _line(self, node: _Node, raw: bytes) -> None:
         if raw.startswith(self.token.encode() + b" "):
@@ -375,6 +399,8 @@ class Supervisor:
             node.dump_problems = [*dropped, *foreign]
         elif message["event"] == "progress":
             self._progress(node, own_ranks(message["ranks"], node.ranks, "progress")[0])
+        elif message["event"] == "hardware":
+            self._hardware(node, message["events"], dropped)
         elif message["event"] == "exit":
             node.exit_code = message["code"]
             node.reported_at = time.monotonic()
@@ -401,7 +427,8 @@ class Supervisor:
             counters = None if groups is None else {
                 group: (pair[0], pair[1]) for group, pair in groups.items() if len(pair) == 2
             }  # fmt: skip
-            if self.progress.add(node.host, entry["rank"], Sample(now, entry["cpu"], counters)):
+            sample = Sample(now, entry["cpu"], counters, entry["ticks"], entry["busy"])
+            if self.progress.add(node.host, entry["rank"], sample):
                 self.last_progress = now
         if self.straggler is None and (found := self.progress.straggler()) is not None:
             self.straggler = found
@@ -410,18 +437,45 @@ class Supervisor:
                 self.failed_at = now
                 self._stop_all(f"{found.host} is a straggler (--straggler-fault)")
 
-    def _fail(self, item: failures.Failure) -> None:
+    def _hardware(self, node: _Node, events: list[WatchEvent], dropped: list[str]) -> None:
+        """The node's hardware watch: each event graded as `check` grades it, told once and
+        kept; the first that `check` fails the node for stops the job as a node fault."""
+        devices = self.options.devices
+        kept, foreign = own_events(events, None if devices is None else devices.get(node.host))
+        for why in [*dropped, *foreign][:1]:
+            if node.host not in self.watch_dropped:  # once per node: no flood of notes
+                self.watch_dropped.add(node.host)
+                self.options.note(printable(f"clusterkit: {node.host}: dropped: {why}"))
+        for graded in (grade(node.host, event) for event in kept):
+            if graded.status is Status.OK or graded in self.hardware:
+                continue
+            self.hardware.append(graded)
+            self.options.note(f"clusterkit: {graded.line()}")
+            self._log("", None, graded.line())  # --log-dir/watch.txt
+            if graded.fatal and self.hardware_fault is None and self.failed_at is None:
+                self.hardware_fault = graded
+                self.failed_at = time.monotonic()
+                self._stop_all(graded.line())
+
+    def _fail(self, item: failures.Failure, onset: float | None = None) -> None:
         self.failures.append(item)
         if self.failed_at is None:
             self.failed_at = time.monotonic()
+            self.onset_at = onset if onset is not None else self.failed_at
+
+    def _lose(self, node: _Node, now: float) -> None:
+        """The node is gone: its fault began at its last sign of life, not now."""
+        node.lost = True
+        self._fail(failures.Failure(node.host, None, None, now, lost=True), node.heard_at)
 
     def _decide(self, deadline: Deadline) -> None:
         now = time.monotonic()
         for node in self.nodes.values():
-            if not node.ended and not node.lost and now - node.heard_at > self.options.node_timeout:
-                node.lost = True
+            # Before its first byte a node may still be starting (bounded by START_SECONDS).
+            allowed = max(self.options.node_timeout, 0.0 if node.spoke else START_SECONDS)
+            if not node.ended and not node.lost and now - node.heard_at > allowed:
                 node.error = f"nothing heard for {self.options.node_timeout:g} s"
-                self._fail(failures.Failure(node.host, None, None, now, lost=True))
+                self._lose(node, now)
         if self.stopping_since is not None:
             return
         if self.failed_at is not None:
@@ -524,9 +578,13 @@ class Supervisor:
             node.ended = True
 
     def _sweep_unconfirmed(self) -> None:
-        """Kill, by marker, what a node that never confirmed its stop may have left."""
+        """Kill, by marker, what a node that never confirmed its stop may have left. The
+        sweep of a node lost to silence goes on in the background, never awaited: over a dead
+        connection it can only wait, and the node's runner stops its own share once it finds
+        its connection gone. One whose node process ended is swept at once (it is quick where
+        the connection lives on, and fails at once where it does not)."""
         unconfirmed = [n for n in self.nodes.values() if n.reported_at is None]
-        threads = []
+        threads: list[threading.Thread] = []
         for node in unconfirmed:
             marker = f"{MARKER_VARIABLE}={self.run_id}/{node.plan.node_rank}"
 
@@ -534,20 +592,22 @@ class Supervisor:
                 with contextlib.suppress(TransportError):
                     node.transport.run(
                         ["sh", "-c", SWEEP_SCRIPT, "clusterkit-sweep", marker, node.plan.run_name],
-                        deadline=Deadline.after(10.0),
+                        deadline=Deadline.after(SWEEP_SECONDS),
                     )
 
             thread = threading.Thread(target=sweep, daemon=True)
             thread.start()
-            threads.append(thread)
+            if not (node.lost and not node.ended):
+                threads.append(thread)
         for thread in threads:
-            thread.join(12.0)
+            thread.join(SWEEP_SECONDS + 2.0)
 
     def _log(self, host: str, rank: int | None, text: str) -> None:
         def write(folder: PrivateFolder) -> None:
             handle = self.logs.get((host, rank))
             if handle is None:
                 name = f"{host}-{rank:d}.log" if rank is not None else f"{host}-torchrun.log"
+                name = name if host else "watch.txt"  # the hardware watch's lines
                 handle = self.logs[(host, rank)] = folder.open_new(name)
             handle.write(text + "\n")
             handle.flush()
@@ -572,8 +632,10 @@ class Supervisor:
         outcome = self._verdict()
         outcome.all_failures = list(self.failures)
         outcome.detected_at = self.failed_at if self.failed_at is not None else self.dump_since
+        outcome.onset_at = self.onset_at if self.failed_at is not None else outcome.detected_at
         outcome.running_at = self.running_at
         outcome.straggler = self.straggler
+        outcome.hardware, outcome.hardware_fault = list(self.hardware), self.hardware_fault
         if self.options.log_dir is not None:
             outcome.evidence = str(self.options.log_dir)
         return outcome
@@ -594,6 +656,10 @@ class Supervisor:
             where = "; ".join([*self.hang.flight, stacks_said])
             message = f"the job hung ({self.hang.reason}): {where}"
             return JobOutcome(HUNG_STATUS, "hung", message, None, self.hang, codes, seconds)
+        if (fault := self.hardware_fault) is not None and not self.failures:
+            return JobOutcome(
+                int(ExitStatus.FAILED), "node-fault", fault.line(), None, None, codes, seconds
+            )
         if self.straggler is not None and self.options.straggler_fault and not self.failures:
             return JobOutcome(
                 int(ExitStatus.INCOMPLETE), "slow", self.straggler.describe(), None, None, codes,

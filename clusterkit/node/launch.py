@@ -41,12 +41,14 @@ import sys
 import threading
 import time
 
+from clusterkit.node.kernellog import parse_kernel_log, read_kernel_log
 from clusterkit.node.prelude import (
     ToolError,
     find_tool,
     kill_group,
     parent_pid,
     private_folder,
+    read_text,
     run_bounded,
 )
 
@@ -56,23 +58,37 @@ FAULTHANDLER_VARIABLE = "CLUSTERKIT_FAULTHANDLER"
 PY_SPY_SECONDS = 20.0
 FAULTHANDLER_SECONDS = 3.0
 LINE_LIMIT = 64 * 1024
-HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_SECONDS = 1.0  # the most time between two writes: the control side's clock of life
 PROGRESS_SECONDS = 2.0  # how often the ranks' progress is reported (each rank writes it every 1 s)
 FLIGHT_SECONDS = 5.0  # every rank's flight record is written by then, once asked
 FLIGHT_FILE_LIMIT = 16 * 1024 * 1024  # a record larger than this is not read
 FLIGHT_ENTRIES = 200  # the last entries of each rank's record travel
 PROGRESS_FILES = 256  # a node runs fewer ranks (and DataLoader workers) than this
 CHILD_WAIT_SECONDS = 10.0  # torchrun is reaped by then once killed
+AGENT_SECONDS = 0.5  # a stopped torchrun whose ranks have all ended is killed after this
 DOCKER_SECONDS = 10.0  # one docker CLI command (kill, rm) answers by then
+# The hardware watch: the kernel log and the InfiniBand ports are read again every
+# WATCH_SECONDS (one dmesg call, a few sysfs files), nvidia-smi every SMI_SECONDS.
+WATCH_SECONDS = 2.0
+SMI_SECONDS = 20.0
+WATCH_TOOL_SECONDS = 10.0  # one dmesg or nvidia-smi call answers by then
+WATCH_ANCHOR = 4096  # the last bytes of the previous read: where the new lines start
+WATCH_EVENTS = 32  # at most this many events in one report
+WATCH_SAID = 4096  # at most this many events remembered as told
+SMI_QUERY = ("pci.bus_id", "remapped_rows.pending", "remapped_rows.failure",
+             "clocks_event_reasons.active")  # fmt: skip
+SMI_OLD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
 
 SITECUSTOMIZE = r'''
 """clusterkit launch, inside each rank: its progress for the node's runner, its flight record
 on request, and its Python stacks on SIGUSR1 where the node has no py-spy to ask.
 
-A daemon thread, every second: the flight recorder's per-process-group counters (torch's
+A daemon thread reads the flight recorder's per-process-group counters (torch's
 `_dump_fr_trace_json(False, False)`: the last collective enqueued and completed, 0.1 ms)
-into progress-RANK.PID.json; when the runner writes fr-request, the whole record (the
-entries, without stack frames) into fr-RANK.PID.json. The thread reads torch only once the
+ten times a second, counts the times the rank computed (outside any collective, its CPU
+time moving), and writes both into progress-RANK.PID.json every second; when the runner
+writes fr-request, the whole record (the entries, without stack frames) into
+fr-RANK.PID.json. The thread reads torch only once the
 job has imported it and initialised its process group; it never raises into the job."""
 import os as _os
 
@@ -119,17 +135,28 @@ def _clusterkit_write(path, data):
 
 
 def _clusterkit_watch(folder, rank):
+    """Every 0.1 s: inside a collective or not, and computing (outside one, its CPU time
+    moving) or not, counted; every second the counts and the counters go to its file."""
     import json
     import time
 
     own = "%s.%d.json" % (rank, _os.getpid())
     request = _os.path.join(folder, "fr-request")
     served = None
+    ticks = busy = 0
+    status = None
+    cpu = time.process_time()
     while True:
         try:
-            raw = _clusterkit_record(False)
-            status = json.loads(raw).get("pg_status") if raw else None
-            note = {"t": time.time(), "pg_status": status}
+            for _ in range(10):
+                time.sleep(0.1)
+                raw = _clusterkit_record(False)
+                status = json.loads(raw).get("pg_status") if raw else None
+                spent, cpu = time.process_time() - cpu, time.process_time()
+                if status is not None:
+                    ticks += 1
+                    busy += spent >= 0.002 and not _clusterkit_waiting(status)
+            note = {"t": time.time(), "pg_status": status, "ticks": ticks, "busy": busy}
             _clusterkit_write(_os.path.join(folder, "progress-" + own), json.dumps(note).encode())
             try:
                 with open(request) as handle:
@@ -141,8 +168,17 @@ def _clusterkit_watch(folder, rank):
                 full = _clusterkit_record(True) or b"{}"
                 _clusterkit_write(_os.path.join(folder, "fr-" + own), full)
         except Exception:
-            pass
-        time.sleep(1.0)
+            time.sleep(1.0)
+
+
+def _clusterkit_waiting(status):
+    """Inside a collective: one of its groups has one enqueued and not completed."""
+    for counters in status.values():
+        enqueued = counters.get("last_enqueued_collective")
+        completed = counters.get("last_completed_collective")
+        if int(enqueued) > int(completed):
+            return True
+    return False
 
 
 def _clusterkit_chain():
@@ -176,10 +212,12 @@ class Runner:
         self.marker = ("%s=%s" % (MARKER, spec["marker"])).encode()
         self.run_dir = ""  # made by start()
         self.write_lock = threading.Lock()
+        self.written_at = time.monotonic()  # the last write: a heartbeat only in a silence
         self.stop_requested = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.py_spy: str | None = None
         self.grace = float(spec.get("stop_grace", 5.0))
+        self.rank_pids = set()  # type: set[int]
 
     def hurry(self):
         self.grace = min(self.grace, 1.0)
@@ -193,6 +231,7 @@ class Runner:
             try:
                 out.write(data)
                 out.flush()
+                self.written_at = time.monotonic()
             except (OSError, ValueError):
                 self.stop_requested.set()  # nobody is listening any more
 
@@ -278,10 +317,14 @@ class Runner:
                 self.stop_requested.set()
 
     def heartbeat(self):
-        """A line every few seconds, so a silent job is told from a lost node."""
+        """A line whenever nothing was written for HEARTBEAT_SECONDS, so a silent job is
+        told from a lost node within seconds; a job that prints costs no heartbeat."""
         while True:
-            time.sleep(HEARTBEAT_SECONDS)
-            self.control({"event": "alive"})
+            quiet = time.monotonic() - self.written_at
+            if quiet >= HEARTBEAT_SECONDS:
+                self.control({"event": "alive"})
+                quiet = 0.0
+            time.sleep(HEARTBEAT_SECONDS - quiet)
 
     def progress(self):
         """Every rank's progress every PROGRESS_SECONDS: its CPU time and its flight
@@ -296,9 +339,35 @@ class Runner:
                 if cpu is None:
                     continue  # ended, or not a process of this job any more
                 entry = {"rank": rank, "pid": pid, "cpu": cpu, "groups": pg_counters(note)}
+                entry.update(ticks=count(note, "ticks"), busy=count(note, "busy"))
                 ranks.append(entry)
+                if len(self.rank_pids) < 4 * PROGRESS_FILES:
+                    self.rank_pids.add(pid)  # the hardware watch knows its OOM kills by them
             if ranks:
                 self.control({"event": "progress", "ranks": ranks})
+
+    def watch(self):
+        """The hardware watch every WATCH_SECONDS while the job runs: each new event is a
+        "hardware" control message. A failure of the watch never touches the job."""
+        watch = HardwareWatch(self.rank_pids)
+        try:
+            watch.start()
+        except Exception:
+            return
+        if watch.smi:
+            args = (watch.sample_gpus, SMI_SECONDS)
+            threading.Thread(target=self.watch_loop, args=args, daemon=True).start()
+        self.watch_loop(watch.sample_log, WATCH_SECONDS)
+
+    def watch_loop(self, sample, seconds):
+        """`sample()` every `seconds` until the job is stopped; its events reported."""
+        while not self.stop_requested.wait(seconds):
+            try:
+                events = sample()
+            except Exception:
+                continue  # one bad sample; the next may do
+            if events:
+                self.control({"event": "hardware", "events": events})
 
     def dump(self):
         ranks = []
@@ -398,16 +467,26 @@ class Runner:
         In a container, `docker run` itself is not sent TERM: killed while the engine is
         still creating the container, it would leave it created and never started, where
         `--rm` never removes it. It forwards signals to the container and ends with it; the
-        container is signalled through the engine as soon as it exists."""
+        container is signalled through the engine as soon as it exists.
+
+        Once every rank has gone, torchrun alone gets AGENT_SECONDS more: the job is over,
+        and a torchrun whose store was on a lost master spends seconds on its own teardown
+        (2.4 s here, the whole grace under load) while the restart waits."""
         container = self.spec.get("container")
         spared = {self.child.pid} if container and self.child is not None else set()
         signalled = bool(container) and docker_quiet(["kill", "--signal", "TERM", container])
         signal_all(self.job_pids() - spared, signal.SIGTERM)
         started = time.monotonic()
         asked = started
+        alone = None  # since when torchrun is the job's last process
         while time.monotonic() < started + (self.grace if grace is None else grace):
-            if not self.job_pids():
+            pids = self.job_pids()
+            if not pids:
                 break
+            if not container and self.child is not None and pids == {self.child.pid}:
+                alone = alone or time.monotonic()
+                if time.monotonic() - alone > AGENT_SECONDS:
+                    break
             if container and not signalled and time.monotonic() - asked > 0.5:
                 asked = time.monotonic()
                 signalled = docker_quiet(["kill", "--signal", "TERM", container])
@@ -460,6 +539,8 @@ class Runner:
         threading.Thread(target=self.heartbeat, daemon=True).start()
         if not self.spec.get("container"):  # the ranks' folder is not inside a container
             threading.Thread(target=self.progress, daemon=True).start()
+        if self.spec.get("watch", True):
+            threading.Thread(target=self.watch, daemon=True).start()
         stopped = False
         while child.poll() is None:
             if self.stop_requested.wait(0.1):
@@ -479,6 +560,196 @@ class Runner:
             report["error"] = "the job's process %d did not end after SIGKILL" % child.pid
         self.control(report)
         return 0
+
+
+# --- the hardware watch --------------------------------------------------------------------
+
+
+class HardwareWatch:
+    """What a fault shows first on this node, sampled while the job runs: new Xid/SXid lines
+    in the kernel log since the job started (read with the probe's own parser), OOM kills of
+    the job's ranks, InfiniBand ports going down or `link_downed` rising (sysfs), and, where
+    nvidia-smi exists, a row remap pending or failed, a slowdown reason, a GPU gone. Each new
+    fact is told once; the control side grades it with `check`'s own rules. Only this node's
+    devices are named: it speaks for itself."""
+
+    def __init__(self, rank_pids, sysfs="/sys"):
+        self.rank_pids = rank_pids  # pids of this job's ranks, kept by the progress sampler
+        self.sysfs = sysfs
+        self.tail = None  # type: str | None  # the end of the last kernel log read
+        self.seen = set()  # type: set[tuple]  # keys of the kernel events read so far
+        self.ports = {}  # (hca, port) -> (state, link_downed) at the last read
+        self.smi = find_tool("nvidia-smi")
+        self.gpus = None  # bus ids nvidia-smi listed at the start
+        self.fields = list(SMI_QUERY)
+        self.smi_at = 0.0
+        self.said = set()  # type: set[tuple]
+        self.lock = threading.Lock()
+
+    def start(self):
+        """The state at the job's start: what is already there is `check`'s, not news."""
+        self.kernel_events()
+        self.ports = ib_ports(self.sysfs)
+        rows = self.smi_rows()
+        self.gpus = None if rows is None else [row.get("pci.bus_id") for row in rows]
+        self.smi_at = time.monotonic()
+
+    def sample(self):
+        """The new events since the last sample, each told once: the kernel log and the
+        ports, and nvidia-smi when SMI_SECONDS have passed."""
+        return self.sample_log() + (self.sample_gpus() if self.smi_due() else [])
+
+    def sample_log(self):
+        """The kernel log's and the ports' new events (cheap: every WATCH_SECONDS)."""
+        return self.told(self.kernel_events() + self.port_events())
+
+    def smi_due(self):
+        return bool(self.smi) and time.monotonic() - self.smi_at >= SMI_SECONDS
+
+    def sample_gpus(self):
+        """nvidia-smi's new events: one call, up to WATCH_TOOL_SECONDS (a wedged driver
+        makes it slow, so the runner asks it in a thread of its own)."""
+        self.smi_at = time.monotonic()
+        return self.told(self.gpu_events())
+
+    def told(self, found):
+        """The events not told before (at most WATCH_EVENTS), now remembered as told."""
+        fresh = []
+        with self.lock:
+            for event in found:
+                key = (event["kind"], event["device"], event["code"], event["text"],
+                       tuple(sorted(event["fields"].items())))  # fmt: skip
+                if key not in self.said and len(self.said) < WATCH_SAID:
+                    self.said.add(key)
+                    fresh.append(event)
+        return fresh[:WATCH_EVENTS]
+
+    def kernel_events(self):
+        """Xid/SXid events and OOM kills of the job's ranks logged since the last read."""
+        try:
+            text, source = read_kernel_log(WATCH_TOOL_SECONDS)
+        except ToolError:
+            return []
+        previous, self.tail = self.tail, text[-WATCH_ANCHOR:]
+        at = text.rfind(previous) if previous else -1
+        fresh = text[at + len(previous or "") :] if at >= 0 else text  # rotated: known skipped
+        parsed = parse_kernel_log(fresh, source)
+        events = []
+        for item in parsed["events"]:
+            key = (item["kind"], item["pci"], item["code"], item["time"], item["text"])
+            if key not in self.seen and previous is not None:
+                events.append(watch_event(item["kind"], item["pci"], item["code"],
+                                          item["text"], item.get("fatal")))  # fmt: skip
+            self.seen.add(key)
+        for kill in parsed["oom_kills"]:
+            key = ("oom", kill["pid"], kill["time"], "", "")
+            if key not in self.seen and previous is not None and kill["pid"] in self.rank_pids:
+                text = "the kernel's OOM killer killed rank process %d (%s)" % (
+                    kill["pid"], kill["name"])  # fmt: skip
+                events.append(watch_event("oom", "", kill["pid"], text))
+            self.seen.add(key)
+        return events
+
+    def port_events(self):
+        """A port that was ACTIVE and is not now; a link_downed count that rose."""
+        now = ib_ports(self.sysfs)
+        events = []
+        for key, (state, downed) in sorted(now.items()):
+            before = self.ports.get(key)
+            device = "%s/%s" % key
+            if before and before[0] == "ACTIVE" and state != "ACTIVE":
+                events.append(watch_event("ib-port", device, 0, "port %s" % state))
+            if before and downed > before[1]:
+                text = "link_downed rose from %d to %d" % (before[1], downed)
+                events.append(watch_event("ib-flap", device, downed - before[1], text))
+        self.ports = now
+        return events
+
+    def smi_rows(self):
+        """nvidia-smi's rows for SMI_QUERY, one bounded call; None when it gave none. A GPU
+        the driver lost is missing from the rows while nvidia-smi lists the others and exits
+        non-zero ("Unable to determine the device handle for GPU ..."): those rows count.
+        Nothing listed at all (the driver unloaded, NVML mismatched) is no answer."""
+        if not self.smi:
+            return None
+        for _ in range(2):
+            argv = [self.smi, "--query-gpu=" + ",".join(self.fields), "--format=csv,noheader"]
+            try:
+                code, out, err = run_bounded(argv, WATCH_TOOL_SECONDS)
+            except ToolError:
+                return None
+            said = (out + err).decode("utf-8", "replace")
+            older = [SMI_OLD_NAMES.get(f, f) for f in self.fields]
+            if code and "is not a valid field" in said and older != self.fields:
+                self.fields = older  # an older driver's spelling, asked once more
+                continue
+            rows = [[v.strip() for v in line.split(",")] for line in said.splitlines()]
+            found = [dict(zip(SMI_QUERY, row)) for row in rows
+                     if len(row) == len(SMI_QUERY) and row[0].count(":") == 2]  # fmt: skip
+            return found[:64] if code is not None and (found or code == 0) else None
+        return None
+
+    def gpu_events(self):
+        """A GPU listed at the start and not now; a remap pending or failed, a slowdown."""
+        rows = self.smi_rows()
+        if rows is None or self.gpus is None:
+            return []
+        listed = {row.get("pci.bus_id") for row in rows}
+        events = [watch_event("gpu-gone", bus_id(gpu), 0, "no longer listed by nvidia-smi")
+                  for gpu in self.gpus if gpu not in listed]  # fmt: skip
+        for row in rows:
+            fields = {k: v[:32] for k, v in row.items() if k != "pci.bus_id"}
+            if gpu_row_of_note(fields):
+                events.append(
+                    watch_event("gpu", bus_id(row.get("pci.bus_id")), 0, "", None, fields)
+                )
+        return events
+
+
+def watch_event(kind, device, code, text, fatal=None, fields=None):
+    """One event as it travels (launch/messages.py WatchEvent): bounded here too."""
+    return {"kind": kind, "device": str(device)[:64], "code": int(code), "fatal": fatal,
+            "text": str(text)[:300], "fields": fields or {}}  # fmt: skip
+
+
+def bus_id(value):
+    """nvidia-smi's `00000000:18:00.0` as the kernel log's `0000:18:00`."""
+    parts = str(value or "").lower().split(":")
+    if len(parts) != 3:
+        return str(value)[:64]
+    return "%s:%s:%s" % (parts[0][-4:].rjust(4, "0"), parts[1], parts[2].split(".")[0])
+
+
+def gpu_row_of_note(fields):
+    """A remap pending or failed, or a slowdown reason other than idle and the usual caps."""
+    flags = [fields.get("remapped_rows.pending"), fields.get("remapped_rows.failure")]
+    if any(flag in ("Yes", "1") for flag in flags):
+        return True
+    try:
+        return bool(int(fields.get("clocks_event_reasons.active") or "0", 16) & 0xE8)
+    except ValueError:
+        return False
+
+
+def ib_ports(sysfs):
+    """(hca, port) -> (state, link_downed) of every RDMA port, from sysfs."""
+    base = os.path.join(sysfs, "class", "infiniband")
+    found = {}  # type: dict[tuple[str, str], tuple[str, int]]
+    try:
+        hcas = sorted(os.listdir(base))[:64]
+    except OSError:
+        return found
+    for hca in hcas:
+        folder = os.path.join(base, hca, "ports")
+        try:
+            ports = sorted(os.listdir(folder))[:16]
+        except OSError:
+            continue
+        for port in ports:
+            state = (read_text(os.path.join(folder, port, "state")) or "").split(":")[-1].strip()
+            downed = read_text(os.path.join(folder, port, "counters", "link_downed")) or "0"
+            found[(hca[:32], port[:8])] = (state[:16], int(downed) if downed.isdigit() else 0)
+    return found
 
 
 # --- progress and flight records ---------------------------------------------------------
@@ -508,6 +779,12 @@ def progress_notes(folder):
         ):
             found[int(rank)] = (int(pid), note)
     return [(rank, pid, note) for rank, (pid, note) in sorted(found.items())][:PROGRESS_FILES]
+
+
+def count(note, key):
+    """A non-negative count from a rank's note (0 when it has none)."""
+    value = note.get(key)
+    return value if type(value) is int and 0 <= value < 2**53 else 0
 
 
 def note_time(note):
@@ -707,7 +984,13 @@ def main(argv):
     # The transport's kill (and the node-side `timeout`) sends TERM, then KILL 2 s later:
     # stop the job at once, without the usual grace.
     signal.signal(signal.SIGTERM, lambda *_: runner.hurry())
-    return runner.run()
+    code = runner.run()
+    # Everything is reported and flushed: leave now. An ordinary exit waits 1 s for the
+    # stdin reader thread's buffer lock and then aborts (SIGABRT), and every stop, every
+    # restart, waited for that second.
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""Reports: text (rich on a terminal), JSON (documented schema), JUnit."""
+"""Reports: text (rich on a terminal), JSON (documented schema), JUnit, Prometheus."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -12,6 +13,7 @@ from clusterkit.redact import redact
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
+from clusterkit.report.prometheus import render_prometheus
 from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain, render_rich
 from clusterkit.safefiles import check_writable, why, write_file
@@ -43,6 +45,8 @@ def emit(
         text = render_json(report)
     elif fmt == "junit":
         text = render_junit(report)
+    elif fmt == "prometheus":
+        text = render_prometheus(report, now=time.time())
     else:
         text = None
     if output:

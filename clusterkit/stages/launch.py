@@ -8,11 +8,13 @@ when an earlier stage of the session failed or could not check.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.launch.plan import LaunchSettings, build_plan
 from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
+from clusterkit.launch.watch import node_devices
 from clusterkit.report.model import verdict_status
 from clusterkit.stages.base import Stage, StageResult, no_hosts_reason
 from clusterkit.stages.session import Session
@@ -55,8 +57,12 @@ class LaunchStage(Stage):
     def run(self, session: Session) -> StageResult:
         pythons = {node.name: node.python for node in self.settings.nodes}
         plan = build_plan(self.settings)
+        # What each node's facts list is all its hardware watch may name (a node speaks for
+        # itself); launched unchecked, nothing is known and every event is read.
+        devices = {host: node_devices(facts) for host, facts in session.facts.items()}
+        options = replace(self.options, devices=devices) if devices else self.options
         self.outcome = Supervisor(
-            session.transports, plan, self.settings.run_id, pythons, self.options
+            session.transports, plan, self.settings.run_id, pythons, options
         ).run()
         return StageResult([job_finding(self.outcome)], outcome_details(self.outcome))
 
@@ -85,6 +91,9 @@ def outcome_details(outcome: JobOutcome) -> dict[str, Any]:
         "seconds": round(outcome.seconds, 3),
         "node_exit_codes": outcome.node_codes,
         "evidence_dir": outcome.evidence,
+        "hardware": [
+            {"host": g.host, "status": g.status.value, "what": g.what} for g in outcome.hardware
+        ],
         "first_failure": None
         if first is None
         else {

@@ -5,7 +5,10 @@ reason there is none).
 A node program imports its runtime like any module (`from clusterkit.node.prelude import
 emit, run_tool`), so it is importable and tested where clusterkit is installed. Nodes may lack
 clusterkit, so the text they are sent has that line replaced by the prelude itself: one
-stdlib-only file with the same helpers as every other node program (`node_script`). That text
+stdlib-only file with the same helpers as every other node program (`node_script`). A program
+may also import a node library (LIBRARIES: code two programs share, such as the kernel-log
+parser the probe and the launch runner both read with); its text follows the prelude's, its
+own import of the prelude dropped, so two programs judge the same lines with one parser. That text
 goes over stdin behind BOOTSTRAP (`shipment`, `run_node_script`), or as `-c` for the srun
 relay, whose stdin is the step's conversation. Composed once per process; a regex, not
 `ast`, keeps it cheap.
@@ -33,8 +36,13 @@ from clusterkit.transport.base import CommandResult, Deadline, Transport
 
 NODE_PACKAGE = "clusterkit.node"
 PRELUDE = f"{NODE_PACKAGE}.prelude"
+# Node modules a program may import beside the prelude: inserted after it, once each.
+LIBRARIES = ("kernellog",)
 # The import at the top level of a program (column 0), on one line or parenthesised.
 _IMPORT = re.compile(r"^from clusterkit\.node\.prelude import (?:\([^)]*\)|[^\n(]*)\n", re.M)
+_LIBRARY_IMPORT = re.compile(
+    r"^from clusterkit\.node\.(?P<module>[a-z][a-z0-9_]*) import (?:\([^)]*\)|[^\n(]*)\n", re.M
+)
 _DOCSTRING = re.compile(r'\A"""(?:.|\n)*?"""\n')
 _PROGRAM = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -48,18 +56,47 @@ def prelude_source() -> str:
 
 
 @functools.cache
+def library_source(module: str) -> str:
+    """A node library as it is inserted: its docstring and its import of the prelude dropped
+    (the prelude is already there), its ends marked."""
+    if module not in LIBRARIES:
+        raise ValueError(f"not a node library: {module!r}")
+    text = resources.files(NODE_PACKAGE).joinpath(f"{module}.py").read_text()
+    body = _IMPORT.sub("", _DOCSTRING.sub("", text, count=1), count=1).strip()
+    if _LIBRARY_IMPORT.search(body):
+        raise ValueError(f"the node library {module} imports another node module")
+    name = f"{NODE_PACKAGE}.{module}"
+    return f"# --- {name} (inserted for the node) ---\n{body}\n# --- end of {name} ---\n"
+
+
+@functools.cache
 def compose(source: str) -> str:
-    """`source` with its one top-level prelude import replaced by the prelude."""
+    """`source` with its one top-level prelude import replaced by the prelude, followed by
+    the node libraries it imports (each import line removed)."""
     found = list(_IMPORT.finditer(source))
     if len(found) != 1:
         raise ValueError(f"a node script imports {PRELUDE} once at its top level, not {len(found)}")
-    return source[: found[0].start()] + prelude_source() + source[found[0].end() :]
+    libraries: dict[str, str] = {}
+
+    def take(match: re.Match[str]) -> str:
+        module = match.group("module")
+        if module == "prelude":
+            return match.group(0)
+        if module in libraries:
+            raise ValueError(f"a node script imports {NODE_PACKAGE}.{module} twice")
+        libraries[module] = library_source(module)  # ValueError for a module that is none
+        return ""
+
+    source = _LIBRARY_IMPORT.sub(take, source)
+    found = list(_IMPORT.finditer(source))
+    inserted = prelude_source() + "".join(libraries.values())
+    return source[: found[0].start()] + inserted + source[found[0].end() :]
 
 
 @functools.cache
 def node_script(program: str) -> str:
     """The composed text of the node program clusterkit/node/PROGRAM.py, e.g. "collector"."""
-    if not _PROGRAM.fullmatch(program) or program == "prelude":
+    if not _PROGRAM.fullmatch(program) or program == "prelude" or program in LIBRARIES:
         raise ValueError(f"not a node program: {program!r}")
     return compose(resources.files(NODE_PACKAGE).joinpath(f"{program}.py").read_text())
 

@@ -143,6 +143,54 @@ def test_a_crashed_worker_is_left_out_and_the_job_finishes_on_the_spare(
     wait_until_clean(cluster, run_id_of(stderr))
 
 
+def partition(node: Node, *, cut: bool = True) -> None:
+    """The node cut off the network (a switch port, a cable): its own firewall drops every
+    packet in and out, its processes run on and its connection neither ends nor answers.
+    cut=False undoes it."""
+    for chain in ("INPUT", "OUTPUT"):
+        node.iptables("-I" if cut else "-D", chain, "-j", "DROP")
+
+
+def test_a_partitioned_node_is_lost_and_the_outage_counts_from_its_last_word(
+    cluster: NetCluster, tmp_path: Path
+) -> None:
+    """node3 drops every packet mid-run. With the default node timeout it is found lost,
+    the job resumes on the spare while node3 is still cut off (nothing waits on its dead
+    connection), and the incident and the trace count the outage from node3's last sign of
+    life: the detection comes about the node timeout after it, and running_s includes that."""
+    inventory = cluster.inventory(tmp_path / "inventory.yaml")
+    checkpoint = tmp_path / "checkpoint.pt"
+    report, trace = tmp_path / "report.json", tmp_path / "trace.txt"
+    launch = Launch(
+        inventory, "--nnodes", "3", "--max-restarts", "1", "--check-output", str(report),
+        "--format", "json", "--trace", str(trace), job=training_job(checkpoint),
+    )  # fmt: skip
+    launch.wait_for(r"^node3/2: step 3 ")
+    node3 = cluster.nodes[2]
+    partition(node3)
+    try:
+        launch.wait_for(r"^node4/2: start step=([3-9]|\d\d+) restart=1")
+    finally:
+        partition(node3, cut=False)
+    code, stdout, stderr = launch.finish()
+    assert code == 0, stderr[-4000:]
+    assert re.search(r"incident \S+ node fault on node3: node3 was lost", stderr), stderr[-3000:]
+    assert re.search(r"recovered: every rank of attempt 1 runs, [\d.]+ s after the fault "
+                     r"\(last heard [\d.]+ s before it was detected\)", stderr)  # fmt: skip
+    assert "node4/2: done rank=2 sum_of_ranks=3" in stdout
+    record = json.loads(report.read_text())["details"]["launch"]
+    (incident,) = record["incidents"]
+    assert incident["fault"] == "node" and incident["hosts"] == ["node3"]
+    # Silent since its last byte; found lost once the default timeout (10 s) had passed.
+    assert 10.0 <= incident["detect_s"] < 25.0, incident
+    assert incident["onset"] <= incident["detected"]
+    assert incident["detect_s"] < incident["stop_s"] <= incident["recheck_s"]
+    assert incident["recheck_s"] <= incident["running_s"]
+    assert trace.read_text().splitlines()[-1] == f"{incident['onset']} node3"
+    # Back on the network, node3 finds its connection gone and stops its own share.
+    wait_until_clean(cluster, run_id_of(stderr), seconds=150)
+
+
 def test_a_crashed_master_hands_over_to_a_healthy_node(cluster: NetCluster, tmp_path: Path) -> None:
     inventory = cluster.inventory(tmp_path / "inventory.yaml")
     checkpoint = tmp_path / "checkpoint.pt"
@@ -170,6 +218,10 @@ def test_a_node_failing_the_check_is_left_out_before_the_start(
     code, stdout, stderr = launch.finish()
     assert code == 0, stderr[-4000:]
     assert re.search(r"node2 failed the check, left out: gpu\.xid", stderr), stderr[-3000:]
+    # Said in words, not as a verdict of a check that refused: who is left out, and that the
+    # job goes ahead on the others.
+    assert "the check failed on node2: the job goes ahead without it, on 3 nodes" in stderr
+    assert "verdict:" not in stdout + stderr, stdout[-2000:]
     assert hosts_of(stdout, "done rank=") == {"node1", "node3", "node4"}
     assert "node2/" not in stdout
     wait_until_clean(cluster, run_id_of(stderr))

@@ -104,3 +104,39 @@ def test_a_job_printing_a_hardware_error_leaves_its_node_out_but_never_drains_it
             assert "DRAIN" not in slurm.node_state(node)[0], node
     finally:
         slurm.reset()
+
+
+def test_an_xid_mid_run_stops_the_step_drains_the_node_and_the_spare_finishes(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """The hardware watch inside the srun step: an Xid 79 in node2's own kernel log stops
+    the job in seconds as a node fault on its own evidence, which --slurm-drain drains."""
+    checkpoint, log = tmp_path / "checkpoint.pt", tmp_path / "job.log"
+    env = {
+        **job_env(slurm),
+        "CLUSTERKIT_SETTINGS": str(settings_file(tmp_path)),
+        "NNODES": "2",
+        "CLUSTERKIT_ARGS": "--skip bench --slurm-drain",
+    }
+    xid_79 = "NVRM: Xid (PCI:0000:1a:00): 79, pid=0, name=<unknown>, GPU has fallen off the bus."
+    try:
+        job = slurm.run(
+            ["sbatch", "--parsable", "-N3", f"--output={log}", f"--chdir={tmp_path}",
+             str(RESILIENT), JOB, *training_job(checkpoint, steps=80)],
+            env=env,
+        ).stdout.strip()  # fmt: skip
+        wait_for_line(log, r"^node2/1: step 3 ")
+        slurm.net.nodes[1].set_kernel_log([xid_79])
+        start = time.monotonic()
+        wait_for_line(log, r"node2: node fault during the run: Xid 79", seconds=30)
+        assert time.monotonic() - start < 10.0
+        slurm.wait_job(int(job), timeout=300)
+        text = log.read_text()
+        assert _exit_code(slurm, int(job)) == "0", text[-4000:]
+        assert re.search(r"node fault on node2: node2 during the run: Xid 79", text), text[-3000:]
+        assert "spare node3 taken" in text
+        assert re.search(r"^node3/1: start step=([3-9]|\d\d+) restart=1", text, re.M), text[-3000:]
+        assert "DRAIN" in slurm.node_state("node2")[0]
+        assert not [step for step in slurm.steps() if "clusterkit" in step]
+    finally:
+        slurm.reset()

@@ -4,6 +4,10 @@ Prints what torchrun gave it (rank, world size, master) so a test can check the 
 wired as planned, then one line per step. Faults on request:
   --fail-rank R     rank R raises after the first step
   --sleep-rank R    rank R sleeps before the second step's all_reduce (a hang)
+  --skip-rank R     rank R skips the second step's all_reduce (a desync: the ranks hang)
+  --chatty          a thread in every rank prints a line every 0.3 s, whatever the ranks do
+  --quiet           no line per step: a job that logs elsewhere
+  --compute-ms N    every step computes N ms of CPU work first (for stragglers)
   --signal-rank R   rank R sends itself --signal-name (default SEGV: a crash) after step 0
   --hunt            every rank acts as a hostile job before it starts (see hunt)
   --unused-parameter  the model has a layer forward() never uses: DDP's own error at step 1
@@ -19,6 +23,7 @@ import re
 import signal
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +76,20 @@ def save(path: str, step: int, model: torch.nn.Module, optimizer: torch.optim.Op
     os.replace(partial, path)
 
 
+def chatter() -> None:
+    """A logging thread that goes on printing whatever the training does."""
+    while True:
+        print("still here", flush=True)
+        time.sleep(0.3)
+
+
+def compute(seconds: float) -> None:
+    """Busy the CPU for about `seconds` of its own time (a slower node takes longer)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        sum(i * i for i in range(2000))
+
+
 class Unused(torch.nn.Module):
     """A linear model with a layer forward() never calls: DDP waits for its gradients and
     raises at the next step ("Expected to have finished reduction in the prior iteration")."""
@@ -90,6 +109,10 @@ def main() -> int:
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-text", default="fails on purpose", help="its error message")
     parser.add_argument("--sleep-rank", type=int, default=None)
+    parser.add_argument("--skip-rank", type=int, default=None)
+    parser.add_argument("--chatty", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--compute-ms", type=float, default=0.0)
     parser.add_argument("--sleep", type=float, default=600.0)
     parser.add_argument("--signal-rank", type=int, default=None)
     # Not --signal: torchrun's parser takes it for its --signals-to-handle, even after the script.
@@ -121,6 +144,8 @@ def main() -> int:
     data = torch.randn(64, 8)
     target = data.sum(dim=1, keepdim=True)
     first = resume(args.checkpoint, model, optimizer) if args.checkpoint else 0
+    if args.chatty:
+        threading.Thread(target=chatter, daemon=True).start()
     print(
         f"start step={first} restart={os.environ.get('CLUSTERKIT_RESTART')} "
         f"host={os.uname().nodename}",
@@ -133,13 +158,16 @@ def main() -> int:
             os.kill(os.getpid(), getattr(signal, "SIG" + args.signal_name))
         if step == 1 and rank == args.sleep_rank:
             time.sleep(args.sleep)
-        if step == 1:
+        if step == 1 and rank != args.skip_rank:
             dist.all_reduce(torch.ones(1))  # where the others wait for a sleeping rank
+        if args.compute_ms:
+            compute(args.compute_ms / 1000)
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(data), target)
         loss.backward()
         optimizer.step()
-        print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if not args.quiet:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
         if args.checkpoint and rank == 0:
             save(args.checkpoint, step + 1, model, optimizer)
         time.sleep(args.step_seconds)

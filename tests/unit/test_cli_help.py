@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ def example_argvs() -> list[list[str]]:
         for line in lines:
             if line.startswith("eval "):
                 continue
-            command = line.split("  #", 1)[0]
+            command = line.split("  #", 1)[0].split(" | ", 1)[0]  # `... | source` too
             for part in command.split("&&"):
                 words = shlex.split(part)
                 assert words[0] == "clusterkit", line
@@ -132,10 +133,17 @@ def test_new_spellings_are_the_ones_help_shows() -> None:
         (["cost", "prices", "u"], ["update"]),
         (["cost", "prices", "update", "--prov"], ["--provider"]),
         (["cost", "prices", "update", "--provider", ""], ["aws", "azure"]),
-        (["check", "--format", ""], ["json", "junit", "text"]),
+        (["check", "--format", ""], ["json", "junit", "prometheus", "text"]),
         (["check", "inventory.yaml", "--format", "j"], ["json", "junit"]),
         (["image", "lock", "--"], ["--fail-if-stale", "--help", "--offline", "--verbose"]),
         (["provision", "inv.yaml", "--d"], ["--diff", "--dry-run"]),
+        (["check", "--skip", ""], ["bench", "dcgm", "image", "network"]),
+        (["launch", "inv.yaml", "--skip", "n"], ["network"]),
+        (["bench", "--collective", "all_"], ["all_gather", "all_reduce"]),
+        (["provision", "inv.yaml", "--tags", "fi"], ["firewall"]),
+        (["provision", "inv.yaml", "--skip-tags", "con"], ["container-toolkit"]),
+        (["cost", "--instance", "p5."], ["p5.48xlarge"]),
+        (["cost", "--region", "us-east-"], ["us-east-1", "us-east-2"]),
     ],
 )
 def test_bash_completion(words: list[str], expected: list[str]) -> None:
@@ -148,6 +156,34 @@ def test_bash_completion(words: list[str], expected: list[str]) -> None:
     assert sorted(done.stdout.split()) == expected
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("clusterkit ch", ["check"]),
+        ("clusterkit image b", ["build"]),
+        ("clusterkit check --sk", ["--skip"]),
+        ("clusterkit check --skip ", ["bench", "dcgm", "image", "network"]),
+        ("clusterkit provision inv.yaml --tags fire", ["firewall"]),
+        ("clusterkit cost --instance p5.", ["p5.48xlarge"]),
+        ("clusterkit completion f", ["fish"]),
+    ],
+)
+def test_fish_completion(line: str, expected: list[str], tmp_path: Path) -> None:
+    fish = shutil.which("fish")
+    if fish is None:
+        pytest.skip("fish is not installed")
+    program = completion_script("fish") + f"complete --do-complete {shlex.quote(line)}\n"
+    done = subprocess.run(
+        [fish, "--no-config", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,  # no files to offer beside the words
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(row.split("\t")[0] for row in done.stdout.splitlines()) == expected
+
+
 def test_zsh_script_loads_bashcompinit() -> None:
     text = completion_script("zsh")
     assert "'cost prices'" in text
@@ -158,3 +194,26 @@ def test_zsh_script_loads_bashcompinit() -> None:
 def test_skip_accumulates_for_the_check_and_the_launch_gate(command: str) -> None:
     args = cli.parse([command, "--skip", "network", "--skip", "bench,image"])
     assert args.skip == frozenset({"network", "bench", "image"})
+
+
+def test_limit_completes_the_inventorys_hosts_and_only_plain_names(tmp_path: Path) -> None:
+    """`--limit` offers the hosts of the inventory named on the line; a name the shell would
+    expand never reaches it (compgen -W expands what it is given)."""
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("all:\n  hosts:\n    node1:\n    node2:\n    gpu07:\n")
+    clusterkit = Path(sys.executable).parent / "clusterkit"  # the script the shell calls back
+    if not clusterkit.exists():
+        pytest.skip("no installed clusterkit script to call back")
+    words = ["launch", "-i", str(inventory), "--skip", "bench", "--limit", "no"]
+    script = completion_script("bash") + (
+        f"COMP_WORDS=({shlex.quote(str(clusterkit))} {shlex.join(words)}); "
+        f"COMP_CWORD={len(words)}\n"
+        '_clusterkit; printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["node1", "node2"]
+    listed = run_cli(["completion", "--hosts", str(inventory)])
+    assert (listed.status, listed.stdout.split()) == (0, ["node1", "node2", "gpu07"])
+    missing = run_cli(["completion", "--hosts", str(tmp_path / "none.yaml")])
+    assert (missing.status, missing.stdout) == (0, "")

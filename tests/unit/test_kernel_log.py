@@ -15,7 +15,7 @@ from clusterkit.checks.hostlog import host_log_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.xid import drain_notes, xid_findings
 from clusterkit.facts import parse_facts
-from clusterkit.node.collector import parse_kernel_log, parse_oom_kill
+from clusterkit.node.kernellog import parse_kernel_log, parse_oom_kill
 from clusterkit.slurm.drain import NodeState, decide
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"

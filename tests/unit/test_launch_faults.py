@@ -14,7 +14,7 @@ from clusterkit.launch.faults import JOB, NODE, classify, hardware_error, single
 from clusterkit.launch.incidents import Incident, restart_minutes, trace_text
 from clusterkit.launch.spares import NodeCount, NodePool, problems_by_host
 from clusterkit.launch.stacks import Group
-from clusterkit.node.collector import parse_kernel_log
+from clusterkit.node.kernellog import parse_kernel_log
 
 # torchrun's summary when the kernel's OOM killer took rank 5 (pid 22629).
 OOM_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:

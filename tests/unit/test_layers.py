@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("features", (
         "clusterkit.probe.*", "clusterkit.storage.*", "clusterkit.net.*", "clusterkit.bench.*",
         "clusterkit.image.*", "clusterkit.cost.*", "clusterkit.provision.*", "clusterkit.launch.*",
+        "clusterkit.lint.*",  # the training script, read statically and judged for the plan
     )),
     # The `clusterkit` variable's schema checks values with the features' own parsers; the
     # loader types it while reading the inventory (the package re-exports load_inventory).

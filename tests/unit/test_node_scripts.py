@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import framing
-from clusterkit.transport.nodescript import compose, node_script
+from clusterkit.transport.nodescript import LIBRARIES, compose, library_source, node_script
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
 NODE = PACKAGE / "node"
@@ -30,7 +30,9 @@ COMPOSED = (
 # Programs that frame a result with markers of their own, and the names those go by: the
 # bench worker, which torchrun starts (torch, not composed with the prelude).
 OWN_MARKERS = {"bench_worker.py": ("FRAME_BEGIN", "FRAME_END")}
-NODE_FILES = (*COMPOSED, PRELUDE, *OWN_MARKERS)
+# Libraries: code programs share, inserted after the prelude into each program importing it.
+LIBRARY_FILES = tuple(f"{name}.py" for name in LIBRARIES)
+NODE_FILES = (*COMPOSED, PRELUDE, *LIBRARY_FILES, *OWN_MARKERS)
 
 
 def constants(tree: ast.Module) -> dict[str, object]:
@@ -167,6 +169,44 @@ def test_compose_wants_exactly_one_top_level_import() -> None:
     assert "from clusterkit" not in text and "emit,\n" not in text
     assert text.startswith("import os\n# --- ") and text.endswith("x = 1\n")
     ast.parse(text)
+
+
+@pytest.mark.parametrize("name", LIBRARY_FILES)
+def test_a_node_library_is_insertable_and_shares_no_name(name: str) -> None:
+    """A library is stdlib only, has no `from __future__` (it lands mid-file), and defines
+    none of the prelude's names nor any name of a program that imports it: once composed,
+    they share one namespace."""
+    tree = ast.parse(source(name))
+    assert imported_modules(tree) <= sys.stdlib_module_names | {"clusterkit"}
+    assert "__future__" not in imported_modules(tree)
+    assert set(prelude_imports(tree)) <= defined(PRELUDE_TREE)
+    assert not defined(tree) & defined(PRELUDE_TREE)
+    module = name.removesuffix(".py")
+    users = [p for p in COMPOSED if f"from clusterkit.node.{module} import" in source(p)]
+    assert users, f"no program imports {module}"
+    for program in users:
+        assert not defined(tree) & defined(ast.parse(source(program))), program
+        assert shipped(program).count(f"# --- clusterkit.node.{module} (inserted") == 1
+
+
+def test_compose_inserts_a_library_after_the_prelude_and_refuses_others() -> None:
+    """The probe and the launch runner parse the kernel log with the one parser: composed,
+    each holds it once, after the prelude, with no import of clusterkit left."""
+    for program in ("collector", "launch"):
+        text = shipped(program)
+        assert text.count("\ndef parse_kernel_event(") == 1
+        assert text.index("# --- end of clusterkit.node.prelude") < text.index(
+            "def parse_kernel_event("
+        )
+        assert "from clusterkit" not in text
+    line = "from clusterkit.node.prelude import emit\n"
+    with pytest.raises(ValueError, match="not a node library"):
+        compose(line + "from clusterkit.node.collector import probe\n")
+    with pytest.raises(ValueError, match="twice"):
+        compose(line + "from clusterkit.node.kernellog import re\n" * 2)
+    with pytest.raises(ValueError, match="not a node program"):
+        node_script("kernellog")
+    assert "from clusterkit" not in library_source("kernellog")
 
 
 def test_modern_syntax_is_refused() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from clusterkit.checks.model import Status
 from clusterkit.checks.xid import catalog, classify, drain_notes, xid_findings
-from clusterkit.node.collector import MAX_KERNEL_EVENTS, parse_kernel_event, parse_kernel_log
+from clusterkit.node.kernellog import MAX_KERNEL_EVENTS, parse_kernel_event, parse_kernel_log
 from clusterkit.slurm.drain import NodeState, decide
 
 NEW = "NVRM: Xid (PCI:0000:38:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
