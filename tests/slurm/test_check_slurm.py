@@ -25,6 +25,7 @@ SWEEP = {"minbytes": "256K", "maxbytes": "512K", "iters": 3, "warmup_iters": 1}
 # Volatile facts: they differ between two probes of the same node a second apart.
 VOLATILE = {
     "seconds", "boot_id", "clock", "pid", "uptime", "load", "temperature.gpu", "available_bytes",
+    "scanned",  # dstate: how many processes the node had at that moment
 }  # fmt: skip
 
 
@@ -138,7 +139,11 @@ def test_broken_nodes_fail_by_name(slurm: SlurmCluster, tmp_path: Path) -> None:
     )
     assert status == 1, log
     by_id = {f["id"]: f for f in findings(report, "fail") + findings(report, "error")}
-    assert by_id["parity.driver"]["hosts"] == ["node2"]
+    # node3's nvidia-smi never answers: node1 and node2 differ 1 against 1, and neither is
+    # the odd one (a tie names no host); the mesh still names node2.
+    driver = by_id["parity.driver"]
+    assert driver["hosts"] == [] and "no value has a majority" in driver["message"]
+    assert "node2 has 535.129.03" in driver["message"]
     hung = [f for f in by_id.values() if f["id"].startswith("gpu.") and "node3" in f["hosts"]]
     assert hung, by_id
     assert "node2" in by_id["net.mesh"]["hosts"]
