@@ -756,7 +756,10 @@ def ib_ports(sysfs):
 
 
 def progress_notes(folder):
-    """(rank, pid, note) of every progress-RANK.PID.json the ranks wrote, newest per rank."""
+    """(rank, pid, note) of every progress-RANK.PID.json the ranks wrote, one per rank: the
+    newest of a process with a process group, else the newest. A rank's helper processes
+    (spawned DataLoader workers, torch.compile's workers) inherit its variables and write
+    notes too, with no group: they must not stand for the rank."""
     try:
         names = sorted(os.listdir(folder))[: 4 * PROGRESS_FILES]
     except OSError:
@@ -775,7 +778,7 @@ def progress_notes(folder):
         except (OSError, ValueError):
             continue
         if isinstance(note, dict) and (
-            int(rank) not in found or note_time(note) > note_time(found[int(rank)][1])
+            int(rank) not in found or note_rank(note) > note_rank(found[int(rank)][1])
         ):
             found[int(rank)] = (int(pid), note)
     return [(rank, pid, note) for rank, (pid, note) in sorted(found.items())][:PROGRESS_FILES]
@@ -785,6 +788,12 @@ def count(note, key):
     """A non-negative count from a rank's note (0 when it has none)."""
     value = note.get(key)
     return value if type(value) is int and 0 <= value < 2**53 else 0
+
+
+def note_rank(note):
+    """How a note compares with another of the same rank: one with a group first, then the
+    newest."""
+    return (isinstance(note.get("pg_status"), dict), note_time(note))
 
 
 def note_time(note):

@@ -153,6 +153,8 @@ def test_the_runner_reads_the_ranks_notes_newest_per_rank(tmp_path: Path) -> Non
     (tmp_path / "progress-1.300.json").write_text("not json")
     (tmp_path / "progress-x.1.json").write_text("{}")
     (tmp_path / "progress-2.400.json").write_text(json.dumps({"t": 3.0, "pg_status": "?"}))
+    # rank 0's spawned DataLoader worker (or torch.compile's): newer, but no group
+    (tmp_path / "progress-0.250.json").write_text(json.dumps({"t": 9.0, "pg_status": None}))
     notes = progress_notes(str(tmp_path))
     assert [(rank, pid) for rank, pid, _ in notes] == [(0, 200), (2, 400)]
     assert pg_counters(notes[0][2]) == {"0": [7, 6]}
