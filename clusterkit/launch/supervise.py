@@ -633,6 +633,8 @@ class Supervisor:
         outcome.all_failures = list(self.failures)
         outcome.detected_at = self.failed_at if self.failed_at is not None else self.dump_since
         outcome.onset_at = self.onset_at if self.failed_at is not None else outcome.detected_at
+        if self.hang is not None and self.failed_at is None:
+            outcome.onset_at = self.last_progress  # a hang began when the job last advanced
         outcome.running_at = self.running_at
         outcome.straggler = self.straggler
         outcome.hardware, outcome.hardware_fault = list(self.hardware), self.hardware_fault

@@ -70,6 +70,13 @@ def test_a_silent_job_that_advances_is_never_hung_and_a_chatty_stuck_one_is() ->
     sup._decide(deadline)
     assert sup.hang_reason.startswith("no rank advanced for 5 s")
     assert sup.dump_since is not None  # the stacks and flight records are asked for
+    stuck_since = sup.last_progress
+    sup._analyse_hang(missing=[])
+    outcome = sup._outcome()
+    # The outage a restart reports (running_s, --trace) counts from the job's last advance,
+    # not from the detection a hang timeout later.
+    assert outcome.result == "hung" and outcome.onset_at == stuck_since
+    assert outcome.detected_at is not None and outcome.detected_at - stuck_since >= 5.0
 
 
 def test_printing_still_counts_for_a_job_whose_ranks_report_nothing() -> None:
