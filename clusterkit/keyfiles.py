@@ -16,13 +16,13 @@ import stat
 # The largest private key file read. An OpenSSH RSA-16384 key is about 12 KiB; every real key
 # and its certificate fit many times over, and a bound this size costs nothing to read.
 MAX_KEY_BYTES = 64 * 1024
-_KINDS = {
+FILE_KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
     stat.S_IFDIR: "a directory",
     stat.S_IFSOCK: "a socket",
-}
+}  # what a path that is no regular file is, in words (safefiles too)
 
 
 class KeyFileProblem(Exception):
@@ -42,7 +42,7 @@ def _problem(
     info: os.stat_result, limit: int = MAX_KEY_BYTES, whose: str = "a key file's"
 ) -> str | None:
     if not stat.S_ISREG(info.st_mode):
-        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a plain file")
+        kind = FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a plain file")
         return f"not a regular file ({kind})"
     if info.st_size > limit:
         return f"{info.st_size} bytes, more than {whose} {limit}"

@@ -40,17 +40,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
+from clusterkit.keyfiles import FILE_KINDS
+
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_TRIES = 5
 _STREAM = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _MAX_LINKS = 8  # links followed from one path (the kernel allows 40)
-_KINDS = {
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFDIR: "a directory",
-    stat.S_IFSOCK: "a socket",
-}
 
 
 class UnsafePathError(OSError):
@@ -283,7 +278,7 @@ def _check_entry(folder: PrivateFolder, path: Path, found: os.stat_result | None
     if found is None or stat.S_ISREG(found.st_mode):
         folder._check_existing(path.name)
         return
-    kind = _KINDS.get(stat.S_IFMT(found.st_mode), "not a regular file")
+    kind = FILE_KINDS.get(stat.S_IFMT(found.st_mode), "not a regular file")
     if not _is_stream(found):
         raise UnsafePathError(path, f"is {kind}, not a file")
     if not _trusted(found.st_uid):

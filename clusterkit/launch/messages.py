@@ -15,6 +15,7 @@ program's messages through them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, TypedDict, TypeVar, cast
 
 from clusterkit.facts import shape_problem
@@ -162,36 +163,20 @@ def parse_control(raw: object) -> tuple[ControlMessage, list[str]]:
 
 def _dump(raw: dict[str, object]) -> tuple[Dump, list[str]]:
     """The well-formed rank entries of a dump, and why each other part was dropped."""
-    kept, dropped = _rank_entries(raw, "dump", RankDump)
+    kept, dropped = _entries(raw, "dump", "ranks", RankDump, MAX_DUMP_ENTRIES, _ids_problem)
     return Dump(event="dump", ranks=kept), dropped
 
 
 def _progress(raw: dict[str, object]) -> tuple[Progress, list[str]]:
-    kept, dropped = _rank_entries(raw, "progress", RankProgress)
+    kept, dropped = _entries(raw, "progress", "ranks", RankProgress, MAX_DUMP_ENTRIES, _ids_problem)
     return Progress(event="progress", ranks=kept), dropped
 
 
 def _hardware(raw: dict[str, object]) -> tuple[Hardware, list[str]]:
     """The well-formed events of a hardware report, each checked alone and bounded."""
-    dropped = [
-        f"hardware: unknown key {key!r:.40}" for key in raw if key not in ("event", "events")
-    ]
-    events = raw.get("events")
-    if not isinstance(events, list):
-        return Hardware(event="hardware", events=[]), [
-            *dropped,
-            str(shape_problem(events, list[WatchEvent], "hardware.events")),
-        ]
-    kept: list[WatchEvent] = []
-    for index, entry in enumerate(events[:MAX_WATCH_EVENTS]):
-        path = f"hardware.events[{index}]"
-        problem = shape_problem(entry, WatchEvent, path) or _watch_problem(entry, path)
-        if problem is None:
-            kept.append(entry)
-        else:
-            dropped.append(problem)
-    if len(events) > MAX_WATCH_EVENTS:
-        dropped.append(f"hardware.events: {len(events)} entries, only {MAX_WATCH_EVENTS} read")
+    kept, dropped = _entries(
+        raw, "hardware", "events", WatchEvent, MAX_WATCH_EVENTS, _watch_problem
+    )
     return Hardware(event="hardware", events=kept), dropped
 
 
@@ -207,20 +192,26 @@ def _watch_problem(entry: WatchEvent, path: str) -> str | None:
     return None
 
 
-def _rank_entries(raw: dict[str, object], event: str, shape: Any) -> tuple[list[Any], list[str]]:
-    """The well-formed entries of a message's `ranks`, each checked alone, and why each
-    other part was dropped; at most MAX_DUMP_ENTRIES are read."""
-    dropped = [f"{event}: unknown key {key!r:.40}" for key in raw if key not in ("event", "ranks")]
-    ranks = raw.get("ranks")
-    if not isinstance(ranks, list):
-        return [], [*dropped, str(shape_problem(ranks, list[shape], f"{event}.ranks"))]
-    if len(ranks) > MAX_DUMP_ENTRIES:
-        read = f"only the first {MAX_DUMP_ENTRIES} read"
-        dropped.append(f"{event}.ranks: {len(ranks)} entries, {read}")
+def _entries(
+    raw: dict[str, object],
+    event: str,
+    key: str,
+    shape: Any,
+    limit: int,
+    problem_of: Callable[[Any, str], str | None],
+) -> tuple[list[Any], list[str]]:
+    """The well-formed entries of a message's list `key`, each checked alone (its shape, then
+    `problem_of`), and why each other part was dropped; at most `limit` are read."""
+    dropped = [f"{event}: unknown key {name!r:.40}" for name in raw if name not in ("event", key)]
+    items = raw.get(key)
+    if not isinstance(items, list):
+        return [], [*dropped, str(shape_problem(items, list[shape], f"{event}.{key}"))]
+    if len(items) > limit:
+        dropped.append(f"{event}.{key}: {len(items)} entries, only the first {limit} read")
     kept = []
-    for index, entry in enumerate(ranks[:MAX_DUMP_ENTRIES]):
-        path = f"{event}.ranks[{index}]"
-        problem = shape_problem(entry, shape, path) or _ids_problem(entry, path)
+    for index, entry in enumerate(items[:limit]):
+        path = f"{event}.{key}[{index}]"
+        problem = shape_problem(entry, shape, path) or problem_of(entry, path)
         if problem is None:
             kept.append(entry)
         else:
