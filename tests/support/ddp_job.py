@@ -25,6 +25,7 @@ import stat
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -180,7 +181,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    status = main()
+    try:
+        status = main()
+    except Exception:  # the job's own error: printed as Python would, and status 1
+        traceback.print_exc()
+        status = 1
     # torch's c10d threads abort a finished rank in interpreter teardown now and then
     # ("terminate called without an active exception"): leave without it, as the bench
     # worker does, so the job's exit status is its own
