@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 STAGES = ("network", "bench", "image", "dcgm")
 FORMATS = ("text", "json", "junit")
-REPORT_FORMATS = (*FORMATS, "prometheus")  # check, node-check, bench (docs/report.md)
+REPORT_FORMATS = (*FORMATS, "prometheus", "html")  # check, node-check, bench (docs/report.md)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -985,9 +985,11 @@ def _add_launch_gate(parser: argparse.ArgumentParser) -> None:
     gate.add_argument(
         "--check-output",
         metavar="FILE",
-        help="write the check's report to FILE (--format picks json or junit)",
+        help="write the check's report to FILE (--format picks json, junit or html)",
     )
-    gate.add_argument("--format", choices=FORMATS, default="text", help="the check report format")
+    gate.add_argument(
+        "--format", choices=(*FORMATS, "html"), default="text", help="the check report format"
+    )
     _add_only_problems(gate, short=True)
 
 
@@ -1294,7 +1296,8 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
             "--verbose",
             action="count",
             default=argparse.SUPPRESS,  # a command's absent -v must not undo `clusterkit -v`
-            help="more on stderr: -v clusterkit's progress, -vv debug logs of every library",
+            help="more: -v clusterkit's progress on stderr and every check and host of the "
+            "report on a terminal, -vv debug logs of every library",
         )
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

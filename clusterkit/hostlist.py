@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterable
 
 from clusterkit.errors import UsageError
 
@@ -124,3 +125,57 @@ def expand_hostlist(text: str) -> list[str]:
     if not hosts:
         raise HostlistError("the hostlist is empty")
     return hosts
+
+
+_NUMBERED = re.compile(rf"(.*?)(\d{{1,{MAX_DIGITS}}})")
+
+
+def fold_hostlist(names: list[str]) -> str:
+    """`names` as one hostlist (`node[1-4,7],login1`), the inverse of parse_hostlist up to
+    order and duplicates: so a line about many hosts stays short and still names each one.
+    Names that end in a number fold by what comes before it and by zero-padded width
+    (`n[08-10]`); any other name is written as it is, each kind where it first appears."""
+    groups: dict[tuple[str, int], set[int]] = {}
+    padded = {
+        (m.group(1), len(m.group(2)))
+        for m in map(_NUMBERED.fullmatch, names)
+        if m and m.group(2).startswith("0") and len(m.group(2)) > 1
+    }
+    for name in names:
+        match = _NUMBERED.fullmatch(name) if "[" not in name and "," not in name else None
+        if match is None:
+            groups.setdefault((name, -1), set())
+            continue
+        prefix, digits = match.groups()
+        width = len(digits) if (prefix, len(digits)) in padded else 0
+        groups.setdefault((prefix, width), set()).add(int(digits))
+    return ",".join(_folded(prefix, width, numbers) for (prefix, width), numbers in groups.items())
+
+
+def number_runs(numbers: Iterable[int]) -> list[list[int]]:
+    """Sorted distinct numbers cut into runs of consecutive ones: [[0, 1, 2, 3], [5], [7]]."""
+    runs: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return runs
+
+
+def fold_numbers(numbers: Iterable[int]) -> str:
+    """'0-3, 5, 7': numbers in prose (GPU indexes), each run of consecutive ones first-last."""
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in number_runs(numbers))
+
+
+def _folded(prefix: str, width: int, numbers: set[int]) -> str:
+    if width < 0:
+        return prefix
+    runs = number_runs(numbers)
+    cells = [
+        str(run[0]).zfill(width) + (f"-{str(run[-1]).zfill(width)}" if len(run) > 1 else "")
+        for run in runs
+    ]
+    if len(cells) == 1 and len(runs[0]) == 1:
+        return prefix + cells[0]
+    return f"{prefix}[{','.join(cells)}]"

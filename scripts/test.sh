@@ -13,6 +13,7 @@ SYSTEM_PACKAGES=(openssh-server openssh-client iptables iproute2 procps psmisc k
                  docker.io docker-registry debootstrap ca-certificates
                  slurmctld slurmd slurm-client munge
                  prometheus  # promtool and a server: the metrics tests (docs/report.md)
+                 chromium  # headless browser: the HTML report's tests (docs/report.md)
                  fish)  # its completion script is run, not only read
 
 if [ "$(id -u)" = 0 ]; then

@@ -13,7 +13,12 @@ from typing import Any, TypeVar
 from clusterkit.bench.nccltests import write_json
 from clusterkit.bench.options import BenchOptions
 from clusterkit.checks.model import Status
-from clusterkit.commands.common import connect_options, load_targets, target_request
+from clusterkit.commands.common import (
+    connect_options,
+    load_targets,
+    report_view,
+    target_request,
+)
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if args.result_json:
         result = (session.details.get("bench") or {}).get("result")
         write_json(result or failed_result(report), args.result_json)
-    emit(report, args.format, args.output, env, only_problems=args.only_problems)
+    emit(report, args.format, args.output, env, **report_view(args))
     if args.exclude_file:
         write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
     return report.exit_status

@@ -7,7 +7,12 @@ import time
 from typing import TextIO
 
 from clusterkit.checks.model import NEEDS_FIX, Fix
-from clusterkit.commands.common import checked_session, load_targets, target_request
+from clusterkit.commands.common import (
+    checked_session,
+    load_targets,
+    report_view,
+    target_request,
+)
 from clusterkit.environment import Environment
 from clusterkit.provision.remedy import TAGS
 from clusterkit.report import Report, emit
@@ -35,10 +40,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if plan_alone:  # the plan and nothing else: the commands, paste-ready
         print_plan_alone(report, env)
     else:
-        emit(report, args.format, args.output, env, only_problems=args.only_problems)
+        emit(report, args.format, args.output, env, **report_view(args))
     if plan is not None and args.format != "json" and not plan_alone:
         # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
-        to_stderr = args.format in ("junit", "prometheus") and not args.output
+        to_stderr = args.format in ("junit", "prometheus", "html") and not args.output
         print_fix_plan(plan, env.stderr if to_stderr else env.stdout)
     if args.exclude_file:
         write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])

@@ -187,3 +187,9 @@ def checked_session(
         raise
     session.findings = with_stage_fixes(session.findings, inventory.path)
     return session
+
+
+def report_view(args: argparse.Namespace) -> dict[str, bool]:
+    """How much of the text report the flags ask for: `-q` the problems alone, `-v` every
+    check and host on a terminal too (else one screen, the passing checks counted)."""
+    return {"only_problems": args.only_problems, "verbose": args.verbose > 0}

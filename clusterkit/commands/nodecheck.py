@@ -97,7 +97,8 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         drain.apply(name, action, env.environ)
         report.details["slurm"] = {"node": name, "action": action.kind, "reason": action.reason}
         print(f"clusterkit: node {name}: {action.kind}: {action.reason}", file=env.stderr)
-    emit(report, args.format, args.output, env, only_problems=args.only_problems)
+    view = {"only_problems": args.only_problems, "verbose": args.verbose > 0}
+    emit(report, args.format, args.output, env, **view)
     return status
 
 

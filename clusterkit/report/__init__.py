@@ -1,4 +1,4 @@
-"""Reports: text (rich on a terminal), JSON (documented schema), JUnit, Prometheus."""
+"""Reports: text (rich on a terminal), JSON (documented schema), JUnit, Prometheus, HTML."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from clusterkit.errors import UsageError
 from clusterkit.redact import redact
+from clusterkit.report.html import render_html
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report, verdict_status
@@ -34,11 +35,19 @@ def ensure_writable(path: str, flag: str) -> None:
 
 
 def emit(
-    report: Report, fmt: str, output: str | None, env: Environment, *, only_problems: bool = False
+    report: Report,
+    fmt: str,
+    output: str | None,
+    env: Environment,
+    *,
+    only_problems: bool = False,
+    verbose: bool = False,
 ) -> None:
     """Write the report to --output (or `env`'s stdout); rich tables only on an interactive
     terminal, colour where wanted (NO_COLOR, FORCE_COLOR pick the colour, never the layout).
-    `only_problems` shortens the text report only: JSON and JUnit stay complete.
+    `only_problems` shortens the text report only: JSON and JUnit stay complete. A terminal
+    gets one screen (checks that pass counted per stage) unless `verbose`; a pipe or a file
+    gets every line, as scripts and logs expect.
     Secret-looking values are redacted first, whatever the format or destination."""
     report = redacted(report)
     if fmt == "json":
@@ -47,6 +56,8 @@ def emit(
         text = render_junit(report)
     elif fmt == "prometheus":
         text = render_prometheus(report, now=time.time())
+    elif fmt == "html":
+        text = render_html(report)
     else:
         text = None
     if output:
@@ -69,7 +80,12 @@ def emit(
         env.stdout.write(text)
     elif env.stdout_isatty:
         render_rich(
-            report, env.stdout, color=color, only_problems=only_problems, environ=env.environ
+            report,
+            env.stdout,
+            color=color,
+            only_problems=only_problems,
+            verbose=verbose,
+            environ=env.environ,
         )
     else:
         render_plain(report, env.stdout, color=color, only_problems=only_problems)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import nccl_version, torch_cuda
 from clusterkit.facts import HostFacts, collected
 from clusterkit.report.escape import printable
+from clusterkit.report.fold import Line, fold_host_rows, fold_lines, stage_counts
 from clusterkit.report.model import STAGE_ORDER, Report
 from clusterkit.words import counted
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _STYLE = {
     Status.OK: "green",
@@ -169,19 +173,27 @@ def render_plain(
     print("\n" + _paint(_summary(report), _VERDICT_STYLE[report.verdict], color), file=stream)
 
 
+def folded_host_rows(report: Report, *, only_problems: bool) -> list[tuple[str, ...]]:
+    """Host rows alike as one (fold_host_rows): a passing cluster of any size is a line."""
+    rows = [r for r in _host_rows(report) if not only_problems or r[2] != "ok"]
+    return [tuple(printable(c) for c in row) for row in fold_host_rows(rows)]
+
+
 def render_rich(
     report: Report,
     stream: IO[str],
     *,
     color: bool = True,
     only_problems: bool = False,
+    verbose: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Tables for a terminal; `color` (NO_COLOR, FORCE_COLOR) changes the colour only.
-    `environ` (TERM, COLUMNS: None, this process's) is the terminal's description."""
+    """One screen for a terminal: hosts alike folded into a row, each stage one line of
+    counts with its failures, errors and warnings in full below it; `verbose` lists every
+    check and host. `color` (NO_COLOR, FORCE_COLOR) changes the colour only; `environ`
+    (TERM, COLUMNS, LINES: None, this process's) is the terminal's description."""
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     console = Console(
         file=stream,
@@ -190,46 +202,95 @@ def render_rich(
         color_system="auto" if color else None,
         _environ=environ,
     )
-    total = len(report.hosts)
+    _rich_hosts(console, report, only_problems=only_problems, verbose=verbose)
+    addresses = {name: str(host.get("address") or "") for name, host in report.hosts.items()}
+    lines = fold_lines(report.findings, list(report.hosts), addresses)
+    console.print()
+    for stage, findings in _by_stage(report):
+        _rich_stage(console, report, stage, findings, lines, only_problems, verbose)
+    if only_problems:
+        console.print("\n" + escape(hidden_line(report)))
+    elif not verbose and any(f.status not in PROBLEMS for f in report.findings):
+        console.print("[dim](-v lists every check and host)[/dim]")
+    console.print(f"\n[{_VERDICT_STYLE[report.verdict]}]{_summary(report)}[/]")
+
+
+def _rich_hosts(console: Console, report: Report, *, only_problems: bool, verbose: bool) -> None:
+    """Every host a row of a table (`verbose`), else each kind of host one line."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not verbose:
+        rows = folded_host_rows(report, only_problems=only_problems)
+        grid = Table.grid(padding=(0, 1), pad_edge=False)
+        grid.add_column(no_wrap=True, width=8)
+        grid.add_column(overflow="fold")
+        for row in rows:
+            grid.add_row("[bold]hosts[/bold]", escape(host_line(row)))
+        if rows:
+            console.print(grid)
+        return
     hosts = Table(title="hosts", title_justify="left", show_edge=False, pad_edge=False)
     for column in HOST_COLUMNS:
-        hosts.add_column(column)
+        hosts.add_column(column, overflow="fold")
     rows = [r for r in host_rows(report) if not only_problems or r[2] != "ok"]
     for row in rows:
         hosts.add_row(*map(escape, row), style=None if row[2] == "ok" else "bold magenta")
     if rows or not only_problems:
         console.print(hosts)
-    for stage, findings in _by_stage(report):
-        why = _skip_reason(report, stage)
-        if why is not None:
-            if not only_problems:
-                console.print(f"\n[dim]{stage}: skipped: {escape(printable(why))}[/dim]")
-            continue
-        shown = _shown(findings, only_problems)
-        blocks = [] if only_problems else report.text_blocks.get(stage, [])
-        if not shown and not blocks:
-            continue
-        table = Table(
-            title=stage, title_justify="left", show_edge=False, pad_edge=False, expand=False
-        )
-        table.add_column("status", no_wrap=True)
-        table.add_column("check", no_wrap=True)
-        table.add_column("hosts")
-        table.add_column("detail", overflow="fold")
-        for f in shown:
-            detail = escape(printable(f.message))
-            if f.remedy and f.status not in (Status.OK, Status.SKIP):
-                detail += f"\n[cyan]remedy:[/cyan] {escape(printable(f.remedy))}"
-            table.add_row(
-                f"[{_STYLE[f.status]}]{f.status.value}[/]",
-                escape(printable(f.id)),
-                escape(_hosts_cell(f, total)),
-                detail,
-            )
-        console.print()
-        console.print(table)
-        for line in blocks:
-            console.print("  " + printable(line), markup=False, highlight=False)
-    if only_problems:
-        console.print("\n" + escape(hidden_line(report)))
-    console.print(f"\n[{_VERDICT_STYLE[report.verdict]}]{_summary(report)}[/]")
+
+
+def host_line(row: tuple[str, ...]) -> str:
+    """A folded host row as a line: `node[1-4] ok: GPUs 8, driver 550.54.15, ...` (what
+    is not known of a host is left out)."""
+    known = [f"{name} {value}" for name, value in zip(HOST_COLUMNS[3:], row[3:]) if value != "?"]
+    return f"{row[0]} {row[2]}" + (": " + ", ".join(known) if known else "")
+
+
+def _hosts_part(line: Line) -> str:
+    """` node[2-3]` after the check id, unless the message names the same hosts itself."""
+    from rich.markup import escape
+
+    cell = printable(line.hosts)
+    message = printable(line.message)
+    if cell == "-" or cell in message:
+        return ""
+    return " " + escape(cell)
+
+
+def _rich_stage(
+    console: Console,
+    report: Report,
+    stage: str,
+    findings: list[Finding],
+    lines: list[Line],
+    only_problems: bool,
+    verbose: bool,
+) -> None:
+    """A stage's line of counts (or why it was skipped), then the lines it shows in full."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    why = _skip_reason(report, stage)
+    shown = [line for line in lines if line.stage == stage]
+    shown = [line for line in shown if verbose or line.status in PROBLEMS]
+    if why is not None or (only_problems and not shown):
+        if why is not None and not only_problems:
+            console.print(f"[dim]{stage:8} skipped: {escape(printable(why))}[/dim]")
+        return
+    counts = stage_counts(findings) or "ran, nothing to report"
+    console.print(f"[bold]{stage:8}[/bold] {counts}")
+    grid = Table.grid(padding=(0, 1), pad_edge=False)
+    grid.add_column(no_wrap=True, width=7)
+    grid.add_column(overflow="fold")
+    for line in shown:
+        body = f"[bold]{escape(printable(line.id))}[/bold]{_hosts_part(line)}: "
+        body += escape(printable(line.message))
+        if line.remedy:
+            body += f"\n[cyan]remedy:[/cyan] {escape(printable(line.remedy))}"
+        grid.add_row(f"  [{_STYLE[line.status]}]{line.status.value}[/]", body)
+    if shown:
+        console.print(grid)
+    if not only_problems and (verbose or report.command == "bench"):
+        for block in report.text_blocks.get(stage, []):
+            console.print("  " + printable(block), markup=False, highlight=False)

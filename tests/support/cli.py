@@ -32,16 +32,21 @@ class CliRun(NamedTuple):
 
 
 def cli_environment(
-    *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    terminal: bool = False,
 ) -> Environment:
-    """An environment with string streams (not terminals): `env` for variables (default: a
-    copy of this process's), `cwd` for the working directory (default: this process's)."""
+    """An environment with string streams: `env` for variables (default: a copy of this
+    process's), `cwd` for the working directory (default: this process's); stdout counts as
+    a terminal when `terminal` (its size from COLUMNS and LINES in `env`)."""
     return Environment(
         stdin=io.StringIO(),
         stdout=io.StringIO(),
         stderr=io.StringIO(),
         environ=dict(os.environ if env is None else env),
         cwd=Path.cwd() if cwd is None else Path(cwd).absolute(),
+        stdout_isatty=terminal,
     )
 
 
@@ -62,12 +67,13 @@ def run_cli(
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = 120.0,
+    terminal: bool = False,
 ) -> CliRun:
     """(exit status, stdout, stderr) of `clusterkit ARGV` run in `cwd` with the variables
     `env` (default: this process's). A run past `timeout` raises CliTimeout, so a hang fails
     the test instead of stalling the suite: the run goes on in a thread of its own, which is
-    left behind (a daemon) when it hangs."""
-    environment = cli_environment(cwd=cwd, env=env)
+    left behind (a daemon) when it hangs. `terminal`: stdout counts as a terminal."""
+    environment = cli_environment(cwd=cwd, env=env, terminal=terminal)
     words = [str(arg) for arg in argv]
     outcome: dict[str, int | BaseException] = {}
 

@@ -133,7 +133,7 @@ def test_new_spellings_are_the_ones_help_shows() -> None:
         (["cost", "prices", "u"], ["update"]),
         (["cost", "prices", "update", "--prov"], ["--provider"]),
         (["cost", "prices", "update", "--provider", ""], ["aws", "azure"]),
-        (["check", "--format", ""], ["json", "junit", "prometheus", "text"]),
+        (["check", "--format", ""], ["html", "json", "junit", "prometheus", "text"]),
         (["check", "inventory.yaml", "--format", "j"], ["json", "junit"]),
         (["image", "lock", "--"], ["--fail-if-stale", "--help", "--offline", "--verbose"]),
         (["provision", "inv.yaml", "--d"], ["--diff", "--dry-run"]),
