@@ -12,7 +12,7 @@ from clusterkit.checks.links import (
     nvlink_error_findings,
 )
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts, per_host, with_command
-from clusterkit.checks.parity import Facts, majority, parity_finding
+from clusterkit.checks.parity import Facts, parity_finding, sole_majority
 from clusterkit.facts import HostFacts, collected
 
 
@@ -118,7 +118,16 @@ def _container_toolkit(facts: Facts) -> Finding:
         and (version := collected(facts[host].get("docker")).get("nvidia_ctk_version"))
     }
     if not missing and len(set(versions.values())) > 1:
-        common = majority(versions)
+        agreed, common = sole_majority(versions)
+        if not agreed:  # 1 against 1: no node is the odd one
+            return Finding(
+                "docker.container-toolkit",
+                Status.WARN,
+                "NVIDIA container toolkit differs across GPU nodes and no version has a "
+                "majority: " + per_host(versions),
+                found=versions,
+                remedy="install the same nvidia-container-toolkit version on every GPU node",
+            )
         odd = {host: version for host, version in versions.items() if version != common}
         return Finding(
             "docker.container-toolkit",

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from clusterkit.checks.gpu_health import gpu_label
 from clusterkit.checks.model import Finding, HostProblem, Status, graded, over_hosts, per_host
-from clusterkit.checks.parity import Facts, majority
+from clusterkit.checks.parity import Facts, sole_majority
 from clusterkit.facts import HostFacts, IbPort, NvlinkGpu, collected, error_of
 from clusterkit.inventory.model import Expectations
 
@@ -183,7 +183,8 @@ def _port_problems(facts: Facts, host: str, alone: bool = False) -> list[HostPro
         rates = {
             h: p.get("rate_gbps") for h, p in peers.items() if _is_up(p) and p.get("rate_gbps")
         }
-        usual = majority(rates) if rates else None
+        # Peers split evenly between two rates (1 against 1) set no rate to fall short of.
+        usual = sole_majority(rates)[1] if rates else None
         rate = port.get("rate_gbps")
         if usual and rate and rate < usual:
             evidence = f"{where} at {rate:g} Gb/s ({port.get('rate')}), its peers {usual:g} Gb/s"

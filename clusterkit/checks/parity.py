@@ -59,18 +59,11 @@ PARITY: tuple[tuple[str, str, Extractor, str | None], ...] = (
 )
 
 
-def majority(values: Mapping[str, Any]) -> Any:
-    """The most common value; ties go to the value seen first in inventory order. For a
-    value to expect, not for blame: `sole_majority` says whether anyone is odd."""
-    counts = Counter(values.values())
-    best = max(counts.values())
-    return next(v for v in values.values() if counts[v] == best)
-
-
 def sole_majority(values: Mapping[str, Any]) -> tuple[bool, Any]:
     """(True, the value) when one value is more common than every other: only then are the
     hosts that differ from it odd. A tie (1 against 1, 2 against 2) has no majority, and
-    inventory order must not decide which node is blamed."""
+    inventory order must not decide which node is blamed. The one majority rule: the
+    checks and the network stage's findings all compare with it."""
     counts = Counter(values.values()).most_common(2)
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
         return False, None

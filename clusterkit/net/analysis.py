@@ -12,7 +12,7 @@ import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import sole_majority
@@ -41,17 +41,9 @@ IFNAME_VARIABLES: tuple[Literal["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"], ...
 )
 DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's net.ipv4.ip_local_port_range
 
-_Value = TypeVar("_Value")
-
 
 def finding(check_id: str, status: Status, message: str, **fields: Any) -> Finding:
     return Finding(check_id, status, message, stage=STAGE, **fields)
-
-
-def _majority(values: Mapping[str, _Value]) -> _Value:
-    counts = Counter(repr(value) for value in values.values())
-    wanted = counts.most_common(1)[0][0]
-    return next(value for value in values.values() if repr(value) == wanted)
 
 
 def stage_errors(errors: dict[str, str]) -> list[Finding]:
@@ -147,9 +139,8 @@ def _mtu_findings(choices: Mapping[str, InterfaceChoice]) -> list[Finding]:
     mtus = {host: choice.mtu for host, choice in choices.items() if choice.mtu}
     if not mtus:
         return []
-    expected = _majority(mtus)
-    odd = sorted(host for host, mtu in mtus.items() if mtu != expected)
-    if odd and not sole_majority(mtus)[0]:  # 1 against 1: no node is the odd one
+    agreed, expected = sole_majority(mtus)
+    if not agreed:  # 1 against 1: no node is the odd one
         return [
             finding(
                 "net.mtu",
@@ -161,6 +152,7 @@ def _mtu_findings(choices: Mapping[str, InterfaceChoice]) -> list[Finding]:
                 remedy="set the same MTU on every node (ip link set dev IFACE mtu N)",
             )
         ]
+    odd = sorted(host for host, mtu in mtus.items() if mtu != expected)
     if odd:
         return [
             finding(
@@ -184,6 +176,7 @@ def ifname_findings(
     """NCCL and gloo must agree with each other, across nodes and with the inventory."""
     envs = {host: facts["env"] for host, facts in facts_by_host.items()}
     problems: dict[str, str] = {}
+    ties: list[str] = []  # a variable two halves set differently: no node is the odd one
     for host, env in envs.items():
         nccl, gloo = env.get("NCCL_SOCKET_IFNAME"), env.get("GLOO_SOCKET_IFNAME")
         if nccl and gloo and nccl.lstrip("=") != gloo:
@@ -196,17 +189,21 @@ def ifname_findings(
     for key in IFNAME_VARIABLES:
         values = {host: env.get(key) for host, env in envs.items()}
         if len(set(values.values())) > 1:
-            expected = _majority(values)
+            agreed, expected = sole_majority(values)
+            if not agreed:
+                pairs = ", ".join(f"{host} {value}" for host, value in values.items())
+                ties.append(f"{key} differs and no value has a majority: {pairs}")
+                continue
             for host, value in values.items():
                 if value != expected:
                     problems.setdefault(host, f"{key}={value} (most nodes: {expected})")
-    if not problems:
+    if not (problems or ties):
         return [finding("net.ifname-mismatch", Status.OK, "interface variables agree")]
     return [
         finding(
             "net.ifname-mismatch",
             Status.WARN,
-            "; ".join(f"{host}: {text}" for host, text in sorted(problems.items())),
+            "; ".join([*(f"{host}: {text}" for host, text in sorted(problems.items())), *ties]),
             hosts=sorted(problems),
             found=problems,
             remedy="set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME to the same interface on "
@@ -225,7 +222,8 @@ def master_findings(
     """net.master-resolve, net.master-address, net.hostname-loopback."""
     resolved = {host: master_address(facts) for host, facts in facts_by_host.items()}
     answered = {host: address for host, address in resolved.items() if address}
-    expected = _majority(answered) if answered else None
+    # With no majority (1 against 1) there is no address to expect: nobody is the odd one.
+    expected = sole_majority(answered)[1] if answered else None
     return [
         _master_resolve_finding(facts_by_host, options.master_name, resolved, expected),
         *_master_address_findings(facts_by_host, options, answered, expected),
@@ -245,8 +243,10 @@ def _master_resolve_finding(
         for host, facts in facts_by_host.items()
         if resolved[host] is None
     }
-    odd = sorted(host for host, address in resolved.items() if address and address != expected)
-    if not (failed or odd):
+    answered = {host: address for host, address in resolved.items() if address}
+    odd = sorted(host for host in answered if expected and answered[host] != expected)
+    tied = answered if expected is None else {}
+    if not (failed or odd or tied):
         return finding(
             "net.master-resolve",
             Status.OK,
@@ -255,13 +255,16 @@ def _master_resolve_finding(
         )
     parts = [f"{host}: {name} does not resolve ({reason})" for host, reason in failed.items()]
     parts += [f"{host} resolves {name} to {resolved[host]}" for host in odd]
+    if tied:
+        pairs = ", ".join(f"{host} {address}" for host, address in tied.items())
+        parts.append(f"{name} resolves differently and no address has a majority: {pairs}")
     return finding(
         "net.master-resolve",
         Status.FAIL,
         "; ".join(parts) + (f"; the others to {expected}" if expected else ""),
         hosts=sorted(set(failed) | set(odd)),
         expected=expected,
-        found={host: resolved[host] for host in sorted(set(failed) | set(odd))},
+        found={host: resolved[host] for host in sorted(set(failed) | set(odd) | set(tied))},
         remedy=f"make {name} resolve to the master's fabric address on every node "
         "(DNS or /etc/hosts), or set clusterkit.master to that address",
     )

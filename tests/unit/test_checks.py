@@ -12,7 +12,7 @@ import pytest
 
 from clusterkit.checks import static_findings
 from clusterkit.checks.model import Finding, Status
-from clusterkit.checks.parity import majority, parity_finding
+from clusterkit.checks.parity import parity_finding, sole_majority
 from clusterkit.inventory.model import Expectations
 
 FACTS = Path(__file__).parent.parent / "fixtures" / "facts"
@@ -174,7 +174,7 @@ def test_parity_tie_blames_no_host() -> None:
     """2 against 2 (or 1 against 1) has no majority: naming the hosts after the first value
     in inventory order blamed healthy nodes in a launch's post-mortem and re-check."""
     values = {"a": "550", "b": "535", "c": "535", "d": "550"}
-    assert majority(values) == "550"  # a value to show, never a verdict
+    assert sole_majority(values) == (False, None)  # no value to expect, nobody odd
     for tied in (values, {"a": "550", "b": "535"}):
         finding = parity_finding("parity.driver", "NVIDIA driver", tied)
         assert finding.status is Status.FAIL and finding.hosts == []
@@ -184,7 +184,7 @@ def test_parity_tie_blames_no_host() -> None:
 
 
 def test_parity_majority_beats_order() -> None:
-    assert majority({"a": "535", "b": "550", "c": "550"}) == "550"
+    assert sole_majority({"a": "535", "b": "550", "c": "550"}) == (True, "550")
 
 
 def test_parity_ignores_hosts_that_cannot_report_and_skips_when_none_can() -> None:

@@ -127,6 +127,17 @@ def test_container_toolkit_versions_differing_warn_naming_the_odd_node() -> None
     assert by_id(hosts, image="x")["docker.container-toolkit"].status is Status.OK
 
 
+def test_container_toolkit_versions_tied_name_no_node() -> None:
+    """1 against 1: the second node in inventory order was named odd and told to install
+    the first's version; with no majority the difference is the set's, and nobody's."""
+    hosts = healthy(2)
+    for host, version in zip(hosts, ("1.17.8", "1.14.6")):
+        hosts[host]["docker"].update(nvidia_ctk="/usr/bin/nvidia-ctk", nvidia_ctk_version=version)
+    finding = by_id(hosts, image="x")["docker.container-toolkit"]
+    assert (finding.status, finding.hosts, finding.fix) == (Status.WARN, [], None)
+    assert "no version has a majority: node1: 1.17.8; node2: 1.14.6" in finding.message
+
+
 # `nvidia-ctk --version` as the toolkit prints it.
 CTK_OUTPUT = (
     "NVIDIA Container Toolkit CLI version 1.17.8\n"

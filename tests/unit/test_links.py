@@ -194,6 +194,19 @@ def test_ib_ports_down_slow_or_flapping_are_named(tmp_path: Path) -> None:
     assert "mlxlink -d mlx5_3 -p 1" in (found[Status.FAIL].remedy or "")
 
 
+def test_peers_split_between_two_rates_set_no_rate_to_fall_short_of(tmp_path: Path) -> None:
+    """node3's peers are one at 400 Gb/s and one at 200: the first in inventory order set
+    the rate node3 fell short of. With no majority among them, node3 is not named."""
+    hosts = healthy(3)
+    for name, rate in (("node1", "400"), ("node2", "200"), ("node3", "300")):
+        port = node_ports(1, mlx5_0={"rate": f"{rate} Gb/sec (4X NDR)"})
+        hosts[name]["infiniband"] = read_ports(tmp_path, name, port)
+    assert [f.status for f in findings(hosts, "ib.port")] == [Status.OK]
+    hosts["node2"]["infiniband"] = hosts["node1"]["infiniband"]  # 400 against 400: a majority
+    (slow,) = findings(hosts, "ib.port")
+    assert (slow.status, slow.hosts) == (Status.FAIL, ["node3"])
+
+
 def test_healthy_ports_and_an_uncabled_port_everywhere_are_ok(tmp_path: Path) -> None:
     hosts = healthy(2)
     for name in hosts:

@@ -229,6 +229,31 @@ def test_ifname_variables_set_differently_are_flagged() -> None:
     assert "NCCL_SOCKET_IFNAME=eth0 but GLOO_SOCKET_IFNAME=ib0" in finding.message
 
 
+def test_a_tie_names_no_node_in_the_network_findings() -> None:
+    """1 against 1 has no majority: the second node in inventory order was named the odd one
+    for its interface variable and its master address; now the set is, and nobody in it."""
+    by_host = {
+        "node1": facts("10.0.0.11", own="10.0.0.11", env={"NCCL_SOCKET_IFNAME": "eth0"}),
+        "node2": facts("10.0.0.12", own="10.0.0.12", env={"NCCL_SOCKET_IFNAME": "ib0"}),
+    }
+    (ifname,) = analysis.ifname_findings(by_host, OPTIONS)
+    assert (ifname.status, ifname.hosts) == (Status.WARN, [])
+    assert "NCCL_SOCKET_IFNAME differs and no value has a majority" in ifname.message
+    found = {f.id: f for f in analysis.master_findings(by_host, OPTIONS)}
+    resolve = found["net.master-resolve"]
+    assert (resolve.status, resolve.hosts, resolve.expected) == (Status.FAIL, [], None)
+    assert "node1 resolves differently and no address has a majority" in resolve.message
+    assert resolve.found == {"node1": "10.0.0.11", "node2": "10.0.0.12"}
+    assert "net.master-address" not in found  # no address to hold the master to
+    by_host["node2"]["interfaces"][0]["mtu"] = 9000
+    choices = {
+        h: choose_interface(f["interfaces"], setting="eth0", env={}) for h, f in by_host.items()
+    }
+    mtu = {f.id: f for f in analysis.interface_findings(choices, by_host)}["net.mtu"]
+    assert (mtu.status, mtu.hosts) == (Status.FAIL, [])
+    assert "MTU differs and no value has a majority" in mtu.message
+
+
 def test_mtu_and_interface_findings_name_the_odd_node() -> None:
     by_host = {name: facts("10.0.0.11", own=f"10.0.0.{i}") for i, name in
                enumerate(["node1", "node2", "node3"], start=11)}  # fmt: skip
