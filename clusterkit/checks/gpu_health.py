@@ -16,6 +16,7 @@ from collections.abc import Callable
 from clusterkit.checks.model import Finding, HostProblem, Status, graded
 from clusterkit.checks.parity import Facts
 from clusterkit.facts import GpuDevice, HostFacts, collected
+from clusterkit.hostlist import fold_numbers
 
 # More uncorrectable-error remaps than this warns: a bank has 8 spare rows (the "Max"
 # bucket of nvidia-smi's Bank Remap Availability Histogram), so a GPU past it is using up
@@ -51,6 +52,14 @@ SLOWDOWN_REASONS = {
     0x40: "HW thermal slowdown",
     0x80: "HW power brake",
 }
+# Before a job, the hardware's own protection fails a GPU: HW slowdown (0x8), HW thermal
+# slowdown (0x40) and HW power brake (0x80) cut its clocks by half or more, and a synchronous
+# job runs at that GPU's pace. DCGM's diagnostic fails a GPU on any of these and SW thermal
+# slowdown while it runs (DcgmRecorder::CheckForClocksEvent, failure mask 0xE8); an idle GPU
+# has no load to excuse them. SW thermal slowdown (0x20, the driver trimming clocks at its
+# maximum operating temperature) warns: gpu.temperature judges that margin.
+HW_PROTECTION = 0x8 | 0x40 | 0x80
+PER_NODE = "measure what it costs: `clusterkit bench INVENTORY --per-node` runs each node alone"
 
 # More replay-related PCIe errors than this since boot warns: DCGM's diagnostic PCIe test fails
 # a GPU with more than 80 replays while it runs (`pcie.max_pcie_replays`), and its health watch
@@ -260,35 +269,99 @@ def _pcie_replay(facts: Facts) -> list[Finding]:
     )
 
 
-def clock_reason_problems(gpu: GpuDevice) -> list[Problem]:
-    """Active slowdown reasons, with the temperatures they go with."""
+def _reason_mask(gpu: GpuDevice) -> int | None:
+    """The clocks_event_reasons.active bit mask; None when unread or not hex."""
     text = str(gpu.get("clocks_event_reasons.active") or "").strip()
     try:
-        mask = int(text, 16) if text else 0
+        return int(text, 16) if text else None
     except ValueError:
-        return []
+        return None
+
+
+def _slowdown(gpu: GpuDevice, *, before_job: bool) -> tuple[Status, str, str] | None:
+    """(status, the reasons' names, action) for a GPU slowed by a protecting reason."""
+    mask = _reason_mask(gpu) or 0
     active = [name for bit, name in SLOWDOWN_REASONS.items() if mask & bit]
     if not active:
-        return []
-    temperatures = [
-        f"{label} {value} C"
-        for label, value in (
-            ("GPU", gpu.get("temperature.gpu")),
-            ("memory", gpu.get("temperature.memory")),
-        )
-        if _number(value) is not None
-    ]
-    evidence = f"clocks slowed: {', '.join(active)} ({text})"
-    if temperatures:
-        evidence += ", " + ", ".join(temperatures)
-    thermal = mask & 0x60
+        return None
+    status = Status.FAIL if before_job and mask & HW_PROTECTION else Status.WARN
     action = (
         "check cooling (fans, airflow, inlet temperature; `nvidia-smi -q -d TEMPERATURE,"
         "PERFORMANCE`)"
-        if thermal
+        if mask & 0x60
         else "check the power supply and the BMC's event log (`nvidia-smi -q -d PERFORMANCE`)"
     )
-    return [(Status.WARN, evidence, action + "; drain the node if it persists")]
+    return status, ", ".join(active), action + "; drain the node if it persists; " + PER_NODE
+
+
+def _temperatures(gpus: list[GpuDevice]) -> str:
+    """', GPU 86-88 C, memory 95 C': each sensor's range over the GPUs, where read."""
+    shown = []
+    read = (
+        ("GPU", [gpu.get("temperature.gpu") for gpu in gpus]),
+        ("memory", [gpu.get("temperature.memory") for gpu in gpus]),
+    )
+    for label, cells in read:
+        values = sorted(v for v in map(_number, cells) if v is not None)
+        if values:
+            span = f"{values[0]}" if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
+            shown.append(f"{label} {span} C")
+    return "".join(", " + text for text in shown)
+
+
+def clock_reason_problems(gpu: GpuDevice, *, before_job: bool = False) -> list[Problem]:
+    """Active slowdown reasons, with the mask and the temperatures they go with. Under a
+    running job (the launch watch) every reason warns: the job goes on at the slowed GPU's
+    pace; before a job (`before_job=True`, as check grades it) the hardware's own
+    protection fails."""
+    found = _slowdown(gpu, before_job=before_job)
+    if found is None:
+        return []
+    status, reasons, action = found
+    mask = str(gpu.get("clocks_event_reasons.active")).strip()
+    return [(status, f"clocks slowed: {reasons} ({mask}){_temperatures([gpu])}", action)]
+
+
+def _gpus_named(gpus: list[GpuDevice]) -> str:
+    """One GPU by its full label; several as 'GPUs 0-7' (an index not a number as read)."""
+    if len(gpus) == 1:
+        return gpu_label(gpus[0])
+    indexes = [str(gpu.get("index")) for gpu in gpus]
+    numbers = [int(index) for index in indexes if index.isdigit()]
+    others = [index for index in indexes if not index.isdigit()]
+    return "GPUs " + ", ".join(([fold_numbers(numbers)] if numbers else []) + others)
+
+
+def _folded_slowdowns(host: str, gpus: list[GpuDevice]) -> list[HostProblem]:
+    """One problem per host and kind of slowdown, its GPUs folded: 8 GPUs in HW thermal
+    slowdown are one line, 'GPUs 0-7: clocks slowed: ..., GPU 88 C'."""
+    groups: dict[tuple[Status, str, str], list[GpuDevice]] = {}
+    for gpu in gpus:
+        found = _slowdown(gpu, before_job=True)
+        if found is not None:
+            groups.setdefault(found, []).append(gpu)
+    problems: list[HostProblem] = []
+    for (status, reasons, action), members in groups.items():
+        masks = {str(gpu.get("clocks_event_reasons.active")).strip() for gpu in members}
+        shown = f" ({masks.pop()})" if len(masks) == 1 else ""
+        evidence = f"{_gpus_named(members)}: clocks slowed: {reasons}{shown}"
+        problems.append((status, host, evidence + _temperatures(members), action))
+    return problems
+
+
+def _clock_reasons(facts: Facts) -> list[Finding]:
+    """gpu.clock-reasons, one line per host and kind of slowdown with its GPUs folded."""
+    checked = [h for h, f in facts.items() if _devices(f)]
+    if not checked:
+        return [Finding("gpu.clock-reasons", Status.SKIP, "not checked: no host has NVIDIA GPUs")]
+    problems = [p for host in checked for p in _folded_slowdowns(host, _devices(facts[host]))]
+    return graded(
+        "gpu.clock-reasons",
+        checked,
+        problems,
+        what="GPU clocks slowed by the hardware",
+        ok="no GPU is slowed by thermal, power-brake or hardware slowdown",
+    )
 
 
 def gpu_health_findings(facts: Facts) -> list[Finding]:
@@ -332,13 +405,7 @@ def gpu_health_findings(facts: Facts) -> list[Finding]:
             ok="every GPU's PCIe link runs at its full width",
         ),
         *_pcie_replay(facts),
-        *_graded(
-            "gpu.clock-reasons",
-            facts,
-            clock_reason_problems,
-            what="GPU clocks slowed by the hardware",
-            ok="no GPU is slowed by thermal, power-brake or hardware slowdown",
-        ),
+        *_clock_reasons(facts),
     ]
 
 
@@ -361,4 +428,22 @@ def drain_notes(host_facts: HostFacts) -> list[str]:
                 notes.append(f"{where} {short} {NEEDS.get(action, 'needs reset')}")
         if any(status is Status.FAIL for status, _, _ in temperature_problems(gpu)):
             notes.append(f"{where} {HOT}")
+    return notes + _slowdown_notes(_devices(host_facts))
+
+
+def _slowdown_notes(gpus: list[GpuDevice]) -> list[str]:
+    """`GPUs 0-7 HW slowdown, HW thermal slowdown needs cooling check`, one per kind of
+    failing slowdown; only digit indexes are named (node text never reaches the reason)."""
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for gpu in gpus:
+        found = _slowdown(gpu, before_job=True)
+        index = str(gpu.get("index"))
+        if found is not None and found[0] is Status.FAIL:
+            key = (found[1], "cooling" in found[2])
+            groups.setdefault(key, []).append(int(index) if index.isdigit() else -1)
+    notes = []
+    for (reasons, thermal), indexes in groups.items():
+        named = fold_numbers([i for i in indexes if i >= 0]) or "?"
+        what = "cooling" if thermal else "power supply"
+        notes.append(f"GPU{'s' if len(indexes) > 1 else ''} {named} {reasons} needs {what} check")
     return notes

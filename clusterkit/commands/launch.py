@@ -22,9 +22,11 @@ from clusterkit.commands.common import (
     checked_session,
     connect_options,
     load_targets,
+    report_view,
     target_request,
 )
 from clusterkit.commands.lint import lint_before_launch
+from clusterkit.commands.preflight import entry_preflight
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.facts import PROBE_VERSION, FactsByHost, HostFacts, MalformedFacts, parse_facts
@@ -116,6 +118,9 @@ def launch(
             print_plan(plan, args.print_dir, env.stdout)
             return ExitStatus.PASSED
         assert gate.session is not None
+        refused = entry_preflight(args, inventory, gate.session, pool.active, partial(note, env))
+        if refused is not None:
+            return refused
         gate.session.progress = NoProgress()  # the job's own lines are the progress now
         attempts = Attempts(
             args,
@@ -216,7 +221,7 @@ def leave_out_failing(
 def show_gate_report(args: argparse.Namespace, env: Environment, gate: Gate) -> None:
     """The failed check's report, when --nnodes held it back and the job does not start."""
     if args.nnodes is not None and gate.report is not None and not args.check_output:
-        emit(gate.report, args.format, None, env, only_problems=args.only_problems)
+        emit(gate.report, args.format, None, env, **report_view(args))
 
 
 def slurm_left_out(
@@ -275,7 +280,7 @@ def record_run(args: argparse.Namespace, env: Environment, gate: Gate, attempts:
             gate.session.findings.append(replace(job_finding(attempts.outcome), stage="launch"))
             gate.session.stages["launch"] = "ran"
         report = build_report(gate.session, "launch", seconds=0.0, strict=args.strict)
-        emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
+        emit(report, args.format, args.check_output, env, **report_view(args))
 
 
 def lint_context(
@@ -346,7 +351,7 @@ def check_gate(
     # With --nnodes a failed check may still go ahead without the failing hosts: node_pool
     # shows the report only when it does not.
     if (status is not ExitStatus.PASSED and args.nnodes is None) or args.check_output:
-        emit(report, args.format, args.check_output, env, only_problems=args.only_problems)
+        emit(report, args.format, args.check_output, env, **report_view(args))
     if status is ExitStatus.PASSED and not session.unreachable:
         note(env, f"clusterkit: check passed in {report.seconds:.1f} s")
     return Gate(status, "checked", session.facts, session.details, session, report)

@@ -31,12 +31,13 @@ def test_each_gpu_fault_is_named_on_its_node_only(
                                   "remapped_rows.uncorrectable": 1}})  # fmt: skip
     node3.set_gpus(overrides={5: {"pcie.link.width.current": 8}})
     # an older driver: knows only clocks_throttle_reasons.active, and no remap fields
+    # ... and all 8 GPUs in HW thermal slowdown at 88 C: one line, the GPUs folded
+    hot = {"clocks_event_reasons.active": "0x0000000000000048", "temperature.gpu": 88}
     node4.set_gpus(
         driver="525.147.05",
-        overrides={1: {"clocks_event_reasons.active": "0x0000000000000040",
-                       "temperature.gpu": 93}},
+        overrides={index: hot for index in range(8)},
         unknown_fields=["clocks_event_reasons.active", "remapped_rows.failure"],
-    )  # fmt: skip
+    )
     status, report, _ = check(cluster_inventory)
     assert status == 1
     remap = finding(report, "gpu.row-remap", "fail")
@@ -47,9 +48,9 @@ def test_each_gpu_fault_is_named_on_its_node_only(
     width = finding(report, "gpu.pcie-width", "warn")
     assert width["hosts"] == ["node3"] and "GPU 5 " in width["message"]
     assert "x8 of x16" in width["message"]
-    clocks = finding(report, "gpu.clock-reasons", "warn")
+    clocks = finding(report, "gpu.clock-reasons", "fail")
     assert clocks["hosts"] == ["node4"]
-    assert "GPU 1 " in clocks["message"] and "HW thermal slowdown" in clocks["message"]
-    assert "GPU 93 C" in clocks["message"]
+    assert "node4: GPUs 0-7: clocks slowed: HW slowdown, HW thermal slowdown" in clocks["message"]
+    assert "GPU 88 C" in clocks["message"] and "--per-node" in clocks["remedy"]
     gpus4 = report["hosts"]["node4"]["facts"]["gpus"]
     assert gpus4["count"] == 8 and gpus4["fields_unknown"] == ["remapped_rows.failure"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.checks.gpu_health import drain_notes, gpu_health_findings
+from clusterkit.checks.gpu_health import clock_reason_problems, drain_notes, gpu_health_findings
 from clusterkit.checks.model import Finding, Status
 from clusterkit.node.collector import (
     BASE_GPU_FIELDS,
@@ -91,10 +91,67 @@ def test_each_fault_is_named_on_its_host_with_gpu_evidence_and_action() -> None:
     assert by[("gpu.retired-pages", Status.FAIL)].hosts == ["volta"]
     width = by[("gpu.pcie-width", Status.WARN)]
     assert width.hosts == ["narrow"] and "PCIe link x8 of x16" in width.message
-    clocks = by[("gpu.clock-reasons", Status.WARN)]
+    clocks = by[("gpu.clock-reasons", Status.FAIL)]
     assert clocks.hosts == ["hot"]
     assert "SW thermal slowdown, HW thermal slowdown (0x0000000000000060)" in clocks.message
     assert "GPU 91 C, memory 95 C" in clocks.message and "cooling" in clocks.remedy
+
+
+def _gpus(line: str, count: int) -> str:
+    """`count` GPUs of one node, each `line` with its own index and bus id."""
+    return "".join(
+        line.replace("0, GPU-", f"{i}, GPU-", 1).replace("00000000:19:", f"00000000:{i + 19}:")
+        for i in range(count)
+    )
+
+
+THERMAL_88 = H100_IDLE.replace("0x0000000000000001", "0x0000000000000048").replace(
+    "29, 37", "88, 91"
+)
+
+
+def test_eight_gpus_in_hw_thermal_slowdown_fail_on_one_line_that_points_at_bench() -> None:
+    """Issue 37 item 3: every GPU of a node in HW thermal slowdown at 88 C while idle passed
+    with a warning; DCGM's diagnostic fails it, and a synchronous job runs at its pace."""
+    eight = _gpus(THERMAL_88, 8)
+    findings = gpu_health_findings(facts_of(node1=_gpus(H100_IDLE, 8), node2=eight))
+    (clocks,) = [f for f in findings if f.id == "gpu.clock-reasons"]
+    assert clocks.status is Status.FAIL and clocks.hosts == ["node2"]
+    assert clocks.found["node2"] == (
+        "GPUs 0-7: clocks slowed: HW slowdown, HW thermal slowdown (0x0000000000000048), "
+        "GPU 88 C, memory 91 C"
+    )
+    assert clocks.remedy.count("node2 ") == 1 and "cooling" in clocks.remedy
+    assert "clusterkit bench INVENTORY --per-node" in clocks.remedy
+    assert drain_notes(facts_of(n=eight)["n"]) == [
+        "GPUs 0-7 HW slowdown, HW thermal slowdown needs cooling check"
+    ]
+
+
+def test_slowed_gpus_fold_by_kind_and_the_driver_trimming_clocks_only_warns() -> None:
+    """GPUs 0-3 and 5 in a power brake fail as one line; GPU 7 trimmed by the driver's SW
+    thermal slowdown (0x20) warns alone, named with its bus id; GPU 4 and 6 are idle."""
+    brake = H100_IDLE.replace("0x0000000000000001", "0x0000000000000088")
+    sw = H100_IDLE.replace("0x0000000000000001", "0x0000000000000020").replace("29, 37", "84, 86")
+    lines = _gpus(brake, 8).splitlines(keepends=True)
+    lines[4], lines[6] = _gpus(H100_IDLE, 8).splitlines(keepends=True)[4:7:2]
+    lines[7] = _gpus(sw, 8).splitlines(keepends=True)[7]
+    by = {f.status: f for f in gpu_health_findings(facts_of(n="".join(lines)))
+          if f.id == "gpu.clock-reasons"}  # fmt: skip
+    assert by[Status.FAIL].found["n"] == (
+        "GPUs 0-3, 5: clocks slowed: HW slowdown, HW power brake (0x0000000000000088), GPU 29 C, "
+        "memory 37 C"
+    )
+    assert "power supply" in by[Status.FAIL].remedy
+    assert by[Status.WARN].found["n"].startswith("GPU 7 (00000000:26:00.0, serial ")
+    assert "SW thermal slowdown (0x0000000000000020), GPU 84 C" in by[Status.WARN].found["n"]
+
+
+def test_the_launch_watch_still_only_warns_on_a_slowdown_under_load() -> None:
+    """Under a running job the same reasons warn: the job goes on at the slowed pace."""
+    (gpu,) = parse_gpu_csv(THERMAL_88)
+    assert [p[0] for p in clock_reason_problems(gpu)] == [Status.WARN]
+    assert [p[0] for p in clock_reason_problems(gpu, before_job=True)] == [Status.FAIL]
 
 
 def test_no_gpus_is_a_skip_never_an_ok() -> None:

@@ -26,6 +26,7 @@ COMPOSED = (
     "image.py",
     "launch.py",
     "srun_relay.py",
+    "entry.py",
 )
 # Programs that frame a result with markers of their own, and the names those go by: the
 # bench worker, which torchrun starts (torch, not composed with the prelude).

@@ -1,0 +1,157 @@
+"""The launch's pre-flight of the job's entry script: before any rank starts, every node opens
+the script where torchrun will (clusterkit/node/entry.py) and says whether it is there and
+its sha256. A node without it, or with another file under that name, is named in one line:
+otherwise the job fails one rank at a time, after the rendezvous, or trains different code.
+
+The script is found in the job's words as torchrun finds it: the first word that is not an
+option. `-m MODULE` is a module, found on the node's Python path when the job starts (not
+checked); `--no-python CMD` checks CMD only when it is a path (a bare name is looked up on
+PATH). Each answer is node text: checked on arrival, and escaped where it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from clusterkit.errors import TransportError
+from clusterkit.report.escape import printable
+from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.nodescript import node_script, run_node_script
+from clusterkit.transport.pool import parallel
+from clusterkit.words import counted
+
+# The sha256 covers the first 64 MiB (with the size, compared too): a training script is far
+# smaller, and a node never reads more than this for the pre-flight.
+HASH_LIMIT = 64 << 20
+SECONDS = 30.0  # one round trip and a bounded read per node
+PATH_LIMIT = 4096  # PATH_MAX: a longer path cannot be opened anywhere
+SHOWN = 200  # characters of node text shown per answer
+MODULE_FLAGS = ("-m", "--module")
+NO_PYTHON_FLAGS = ("--no-python", "--no_python")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One node's view of the script: `sha256` and `size` for a file it read, `missing`
+    when there is none, `error` when it could not read it (or did not answer)."""
+
+    path: str
+    sha256: str = ""
+    size: int = -1
+    missing: bool = False
+    error: str = ""
+
+
+def entry_script(job: Sequence[str]) -> tuple[str | None, str]:
+    """(the path to check, "") or (None, why it is not checked), from the words after `--`."""
+    module = no_python = False
+    index = 0
+    while index < len(job) and job[index].startswith("-"):
+        word = job[index]
+        if word in MODULE_FLAGS:
+            module = True
+        elif word in NO_PYTHON_FLAGS:
+            no_python = True
+        else:
+            return None, f"{word} comes before the script"
+        index += 1
+    if index >= len(job):
+        return None, "no script in the job"
+    script = job[index]
+    if module:
+        return None, f"{script} is a module (-m), found on the node's Python path"
+    if no_python and "/" not in script:
+        return None, f"{script} is a command looked up on the node's PATH (--no-python)"
+    if len(script) > PATH_LIMIT or "\0" in script:
+        return None, "the path is not one a node can open"
+    return script, ""
+
+
+def parse_answer(raw: Mapping[str, object]) -> Answer:
+    """A node's answer, checked: ValueError for any other shape."""
+    path, sha256, size = raw.get("path"), raw.get("sha256"), raw.get("size")
+    if not isinstance(path, str):
+        raise ValueError("no path in the answer")
+    if raw.get("missing") is True:
+        return Answer(path[:PATH_LIMIT], missing=True)
+    if isinstance(raw.get("error"), str):
+        return Answer(path[:PATH_LIMIT], error=str(raw["error"])[:SHOWN])
+    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+        raise ValueError("the answer's sha256 is not 64 hex digits")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ValueError("the answer's size is not a count of bytes")
+    return Answer(path[:PATH_LIMIT], sha256, size)
+
+
+def ask_nodes(
+    transports: Mapping[str, Transport],
+    interpreters: Mapping[str, str],
+    script: str,
+    workdir: str | None,
+    workers: int | None = None,
+) -> dict[str, Answer]:
+    """Every node's answer, in parallel, bounded by SECONDS; a node that gave none has an
+    Answer with the reason in `error` and no path."""
+    request = json.dumps({"path": script, "workdir": workdir or "", "limit": HASH_LIMIT})
+    deadline = Deadline.after(SECONDS)
+
+    def ask(host: str) -> Answer:
+        raw = run_node_script(
+            transports[host],
+            node_script("entry"),
+            [request],
+            interpreter=interpreters.get(host) or "python3",
+            deadline=deadline,
+            what="the entry-script pre-flight",
+        )
+        try:
+            return parse_answer(raw)
+        except ValueError as error:
+            return Answer("", error=f"a malformed answer: {error}")
+
+    hosts = list(transports)
+    answers: dict[str, Answer] = {}
+    for host, outcome in zip(hosts, parallel(ask, hosts, workers=workers)):
+        if isinstance(outcome, TransportError):
+            answers[host] = Answer("", error=f"no answer: {outcome.detail}")
+        elif isinstance(outcome, BaseException):
+            answers[host] = Answer("", error=f"no answer: {outcome}")
+        else:
+            answers[host] = outcome
+    return answers
+
+
+def _shown(answer: Answer) -> str:
+    return f"sha256 {answer.sha256[:12]}, {counted(answer.size, 'byte')}"
+
+
+def entry_problems(script: str, answers: Mapping[str, Answer]) -> tuple[list[str], list[str]]:
+    """(lines naming each node where the script is missing, unreadable or another file;
+    lines naming each node that did not answer). The file most nodes hold is the one
+    expected (a tie: the first node's, the master's)."""
+    name = printable(script[:SHOWN])
+    problems, unanswered = [], []
+    read = {host: a for host, a in answers.items() if a.sha256}
+    counts = Counter((a.sha256, a.size) for a in read.values())
+    expected = max(counts, key=lambda key: counts[key]) if counts else None
+    holders = [host for host, a in read.items() if (a.sha256, a.size) == expected]
+    for host, answer in answers.items():
+        where = printable(answer.path[:SHOWN])
+        if answer.missing:
+            problems.append(f"{name} not found on {host} ({where})")
+        elif answer.error and not answer.path:
+            unanswered.append(f"{host} did not check {name}: {printable(answer.error)}")
+        elif answer.error:
+            problems.append(f"{name} on {host} cannot be read ({where}: {printable(answer.error)})")
+        elif (answer.sha256, answer.size) != expected:
+            reference = read[holders[0]]
+            problems.append(
+                f"{name} on {host} is another file ({where}: {_shown(answer)}) than on "
+                f"{', '.join(holders)} ({_shown(reference)})"
+            )
+    return problems, unanswered
