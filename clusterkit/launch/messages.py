@@ -94,7 +94,7 @@ class Dump(TypedDict):
     ranks: list[RankDump]
 
 
-WatchKind = Literal["xid", "sxid", "gpu", "gpu-gone", "ib-port", "ib-flap", "oom"]
+WatchKind = Literal["xid", "sxid", "gpu", "gpu-gone", "nvlink-down", "ib-port", "ib-flap", "oom"]
 WATCH_DEVICE_CHARS = 64
 WATCH_TEXT_CHARS = 300
 WATCH_FIELDS = ("remapped_rows.pending", "remapped_rows.failure", "clocks_event_reasons.active")
@@ -106,7 +106,8 @@ class WatchEvent(TypedDict):
     kind: WatchKind
     device: str  # a GPU's bus id as the kernel log writes it (0000:18:00), an RDMA port
     # (mlx5_0/1), or "" for an OOM kill
-    code: int  # the Xid/SXid code; the OOM-killed pid; link_downed's rise; else 0
+    code: int  # the Xid/SXid code; the OOM-killed pid; link_downed's rise; the NVLink
+    # link's number; else 0
     fatal: bool | None  # the severity the kernel's line names, where it names one
     text: str  # the kernel's words (after the pid and name), or what changed
     fields: dict[str, str]  # `gpu`: nvidia-smi's values of WATCH_FIELDS

@@ -3,8 +3,9 @@ while the job ran (clusterkit/node/launch.py, HardwareWatch), graded with `check
 Pure.
 
 A fault `check` fails a node for (an Xid the catalog wants a reset or reboot for, a pending
-row remap, a GPU gone, an RDMA port gone down) stops the job at once as a node fault on the
-node's own evidence: seconds after the kernel logged it, not when NCCL's timeout expires.
+row remap, a GPU gone, an NVLink link up at the start gone down, an RDMA port gone down)
+stops the job at once as a node fault on the node's own evidence: seconds after the kernel
+logged it, not when NCCL's timeout expires.
 Anything `check` only warns about (a thermal or power slowdown, an application's Xid,
 `link_downed` rising, an OOM kill of a rank) is told once and kept. A node speaks only for
 itself: an event naming a device its facts do not list is dropped.
@@ -23,7 +24,7 @@ from clusterkit.facts import GpuDevice, HostFacts, collected
 from clusterkit.launch.messages import WatchEvent
 from clusterkit.report.escape import printable
 
-GPU_KINDS = frozenset({"xid", "sxid", "gpu", "gpu-gone"})
+GPU_KINDS = frozenset({"xid", "sxid", "gpu", "gpu-gone", "nvlink-down"})
 PORT_KINDS = frozenset({"ib-port", "ib-flap"})
 
 
@@ -85,6 +86,9 @@ def grade(host: str, event: WatchEvent) -> Graded:
         return _gpu_row(host, device, event["fields"])
     if kind == "gpu-gone":
         return Graded(host, Status.FAIL, f"GPU {device} is no longer listed by nvidia-smi")
+    if kind == "nvlink-down":  # fabric.nvlink-down fails a link down where its peers' are up
+        what = f"NVLink link {event['code']} of GPU {device} went down"
+        return Graded(host, Status.FAIL, f"{what} ({printable(event['text'])})")
     if kind == "ib-port":
         return Graded(
             host, Status.FAIL, f"RDMA port {device} went down ({printable(event['text'])})"

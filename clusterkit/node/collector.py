@@ -20,6 +20,7 @@ import threading
 import time
 
 from clusterkit.node.kernellog import parse_kernel_log, read_kernel_log
+from clusterkit.node.nvlink import parse_nvlink_errors, parse_nvlink_status
 from clusterkit.node.prelude import (
     ToolError,
     emit,
@@ -286,46 +287,6 @@ def collect_gpu_processes(options):
         ["nvidia-smi", COMPUTE_APPS_QUERY, "--format=csv,noheader,nounits"], TOOL_TIMEOUT
     )
     return {"processes": parse_compute_apps(text)}
-
-
-NVLINK_LINE = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
-NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: (\S+)\))?\s*$")
-
-
-def parse_nvlink_status(text):
-    """`nvidia-smi nvlink --status`: per GPU, its links as GB/s (None when `<inactive>`).
-    A GPU without NVLink lists no link."""
-    gpus = []  # type: list[dict]
-    for line in text.splitlines():
-        gpu = NVLINK_GPU.match(line)
-        if gpu:
-            gpus.append({"index": int(gpu.group(1)), "uuid": gpu.group(3), "links": []})
-            continue
-        link = NVLINK_LINE.match(line)
-        if link and gpus:
-            speed = re.match(r"([\d.]+) GB/s", link.group(2))
-            gpus[-1]["links"].append(float(speed.group(1)) if speed else None)
-    return gpus
-
-
-NVLINK_COUNTER = re.compile(r"^\s*Link (\d+): ([A-Za-z][A-Za-z ]*?) Errors?: (\d+)\s*$")
-
-
-def parse_nvlink_errors(text):
-    """`nvidia-smi nvlink --errorcounters`: {GPU index: {link: {counter: count}}}, counters
-    named as printed, lower case (`replay`, `recovery`, `crc`); `N/A` values are left out."""
-    counters = {}  # type: dict[str, dict[str, dict[str, int]]]
-    gpu = None
-    for line in text.splitlines():
-        header = NVLINK_GPU.match(line)
-        if header:
-            gpu = counters.setdefault(header.group(1), {})
-            continue
-        match = NVLINK_COUNTER.match(line)
-        if match and gpu is not None:
-            link = gpu.setdefault(match.group(1), {})
-            link[match.group(2).strip().lower()] = int(match.group(3))
-    return counters
 
 
 def collect_nvlink(options):

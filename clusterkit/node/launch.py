@@ -42,6 +42,7 @@ import threading
 import time
 
 from clusterkit.node.kernellog import parse_kernel_log, read_kernel_log
+from clusterkit.node.nvlink import links_up, parse_nvlink_status
 from clusterkit.node.prelude import (
     ToolError,
     find_tool,
@@ -333,18 +334,26 @@ class Runner:
         ticks = float(os.sysconf("SC_CLK_TCK"))
         while not self.stop_requested.is_set():
             time.sleep(PROGRESS_SECONDS)
-            ranks = []
-            for rank, pid, note in progress_notes(self.stacks_dir):
-                cpu = cpu_seconds(pid, ticks)
-                if cpu is None:
-                    continue  # ended, or not a process of this job any more
-                entry = {"rank": rank, "pid": pid, "cpu": cpu, "groups": pg_counters(note)}
-                entry.update(ticks=count(note, "ticks"), busy=count(note, "busy"))
-                ranks.append(entry)
-                if len(self.rank_pids) < 4 * PROGRESS_FILES:
-                    self.rank_pids.add(pid)  # the hardware watch knows its OOM kills by them
+            ranks = self.progress_sample(ticks)
             if ranks:
                 self.control({"event": "progress", "ranks": ranks})
+
+    def progress_sample(self, ticks):
+        """One entry per rank whose note names a process of this job with that RANK; the
+        rest are ignored (a note is the job's word, no evidence of which process is a rank)."""
+        ranks = []
+        for rank, pid, note in progress_notes(self.stacks_dir):
+            if not job_process(pid, rank, self.marker):
+                continue
+            cpu = cpu_seconds(pid, ticks)
+            if cpu is None:
+                continue  # ended, or not a process of this job any more
+            entry = {"rank": rank, "pid": pid, "cpu": cpu, "groups": pg_counters(note)}
+            entry.update(ticks=count(note, "ticks"), busy=count(note, "busy"))
+            ranks.append(entry)
+            if len(self.rank_pids) < 4 * PROGRESS_FILES:
+                self.rank_pids.add(pid)  # the hardware watch knows its OOM kills by them
+        return ranks
 
     def watch(self):
         """The hardware watch every WATCH_SECONDS while the job runs: each new event is a
@@ -370,44 +379,53 @@ class Runner:
                 self.control({"event": "hardware", "events": events})
 
     def dump(self):
+        """Every rank's stack and flight record. A rank that cannot answer (stopped, or
+        gone) is not asked and not waited for: its entry says why."""
         ranks = []
         found = ranks_of(self.marker)
+        silent = {pid: why for pid, why in
+                  ((pid, cannot_answer(process_state(pid))) for pid in found) if why}  # fmt: skip
+        answering = {pid: env for pid, env in found.items() if pid not in silent}
         if self.py_spy is None:
-            signal_ranks(found)
+            signal_ranks(answering)
         threads = []
         for pid, env in sorted(found.items(), key=lambda item: rank_number(item[1])):
             entry = {"rank": rank_number(env), "local_rank": env.get("LOCAL_RANK"), "pid": pid}
             ranks.append(entry)
+            if pid in silent:
+                entry.update(method="py-spy" if self.py_spy else "faulthandler", error=silent[pid])
+                continue
             target = self.py_spy_dump if self.py_spy else self.faulthandler_dump
             thread = threading.Thread(target=target, args=(entry,), daemon=True)
             thread.start()
             threads.append(thread)
         for thread in threads:
             thread.join(PY_SPY_SECONDS + 1)
-        records = self.flight_records(found)
+        records = self.flight_records(found, answering)
         for entry in ranks:
             entry["sources"] = source_lines(entry.get("raw") or "", entry["pid"])
             if entry["pid"] in records:
                 entry["flight"] = records[entry["pid"]]
         self.control({"event": "dump", "ranks": ranks})
 
-    def flight_records(self, found):
+    def flight_records(self, found, answering):
         """pid -> the last FLIGHT_ENTRIES collectives of each rank's flight recorder: asked
-        of the rank's own thread (fr-request), else read from the dump NCCL's watchdog wrote
-        on a timeout. JSON only: the watchdog's pickle is read with no class allowed."""
+        of the rank's own thread (fr-request; waited for from the `answering` ranks only),
+        else read from the dump NCCL's watchdog wrote on a timeout. JSON only: the
+        watchdog's pickle is read with no class allowed."""
         request = os.path.join(self.stacks_dir, "fr-request")
         with contextlib.suppress(OSError):
             write_private(request, ("%d" % time.monotonic_ns()).encode())
         records = {}
         end = time.monotonic() + FLIGHT_SECONDS
         while True:
-            for pid, env in found.items():
+            for pid, env in answering.items():
                 if pid not in records:
                     name = "fr-%s.%d.json" % (env.get("RANK"), pid)
                     record = read_record(os.path.join(self.stacks_dir, name))
                     if record is not None:
                         records[pid] = record
-            if len(records) == len(found) or time.monotonic() > end:
+            if len(records) == len(answering) or time.monotonic() > end:
                 break
             time.sleep(0.1)
         for pid, env in found.items():
@@ -471,11 +489,16 @@ class Runner:
 
         Once every rank has gone, torchrun alone gets AGENT_SECONDS more: the job is over,
         and a torchrun whose store was on a lost master spends seconds on its own teardown
-        (2.4 s here, the whole grace under load) while the restart waits."""
+        (2.4 s here, the whole grace under load) while the restart waits.
+
+        A stopped process (state T) keeps a TERM pending until it is continued, so CONT
+        follows the TERM, as a shell's `kill` does for a stopped job: a stopped rank ends
+        now, not after the whole grace."""
         container = self.spec.get("container")
         spared = {self.child.pid} if container and self.child is not None else set()
         signalled = bool(container) and docker_quiet(["kill", "--signal", "TERM", container])
         signal_all(self.job_pids() - spared, signal.SIGTERM)
+        signal_all(self.job_pids() - spared, signal.SIGCONT)
         started = time.monotonic()
         asked = started
         alone = None  # since when torchrun is the job's last process
@@ -569,9 +592,10 @@ class HardwareWatch:
     """What a fault shows first on this node, sampled while the job runs: new Xid/SXid lines
     in the kernel log since the job started (read with the probe's own parser), OOM kills of
     the job's ranks, InfiniBand ports going down or `link_downed` rising (sysfs), and, where
-    nvidia-smi exists, a row remap pending or failed, a slowdown reason, a GPU gone. Each new
-    fact is told once; the control side grades it with `check`'s own rules. Only this node's
-    devices are named: it speaks for itself."""
+    nvidia-smi exists, a row remap pending or failed, a slowdown reason, a GPU gone, an NVLink
+    link that was up at the start gone down (the probe's parser, clusterkit/node/nvlink.py).
+    Each new fact is told once; the control side grades it with `check`'s own rules. Only this
+    node's devices are named: it speaks for itself."""
 
     def __init__(self, rank_pids, sysfs="/sys"):
         self.rank_pids = rank_pids  # pids of this job's ranks, kept by the progress sampler
@@ -581,6 +605,8 @@ class HardwareWatch:
         self.ports = {}  # (hca, port) -> (state, link_downed) at the last read
         self.smi = find_tool("nvidia-smi")
         self.gpus = None  # bus ids nvidia-smi listed at the start
+        self.nvlinks = None  # {GPU index: links up} at the start; None: no NVLink is up
+        self.buses = {}  # GPU index -> bus id as the kernel log writes it
         self.fields = list(SMI_QUERY)
         self.smi_at = 0.0
         self.said = set()  # type: set[tuple]
@@ -592,7 +618,37 @@ class HardwareWatch:
         self.ports = ib_ports(self.sysfs)
         rows = self.smi_rows()
         self.gpus = None if rows is None else [row.get("pci.bus_id") for row in rows]
+        self.start_nvlinks()
         self.smi_at = time.monotonic()
+
+    def start_nvlinks(self):
+        """The NVLink links up at the start, and each GPU's bus id to name it by: two calls,
+        once; a node with no link up is not asked again."""
+        up = self.nvlink_state()
+        if not self.smi or not up or not any(up.values()):
+            return
+        argv = [self.smi, "--query-gpu=index,pci.bus_id", "--format=csv,noheader"]
+        try:
+            code, out, _ = run_bounded(argv, WATCH_TOOL_SECONDS)
+        except ToolError:
+            return
+        for line in out.decode("utf-8", "replace").splitlines()[:64]:
+            index, _, bus = line.partition(",")
+            if code == 0 and index.strip().isdigit():
+                self.buses[int(index)] = bus_id(bus.strip())
+        self.nvlinks = up
+
+    def nvlink_state(self):
+        """{GPU index: links up} from `nvidia-smi nvlink --status` (the probe's parser), or
+        None: no answer, or no GPU listed (never read as every link down)."""
+        if not self.smi:
+            return None
+        try:
+            code, out, _ = run_bounded([self.smi, "nvlink", "--status"], WATCH_TOOL_SECONDS)
+        except ToolError:
+            return None
+        gpus = parse_nvlink_status(out.decode("utf-8", "replace")) if code == 0 else []
+        return links_up(gpus[:64]) or None
 
     def sample(self):
         """The new events since the last sample, each told once: the kernel log and the
@@ -610,7 +666,7 @@ class HardwareWatch:
         """nvidia-smi's new events: one call, up to WATCH_TOOL_SECONDS (a wedged driver
         makes it slow, so the runner asks it in a thread of its own)."""
         self.smi_at = time.monotonic()
-        return self.told(self.gpu_events())
+        return self.told(self.gpu_events() + self.nvlink_events())
 
     def told(self, found):
         """The events not told before (at most WATCH_EVENTS), now remembered as told."""
@@ -703,6 +759,20 @@ class HardwareWatch:
                 events.append(
                     watch_event("gpu", bus_id(row.get("pci.bus_id")), 0, "", None, fields)
                 )
+        return events
+
+    def nvlink_events(self):
+        """A link up at the job's start and down now; one down from the start is not news.
+        A GPU nvidia-smi no longer lists is told as gone, not as its links."""
+        start = self.nvlinks
+        now = self.nvlink_state() if start else None
+        if not start or now is None:
+            return []
+        events = []
+        for index, before in sorted(start.items()):
+            for link in sorted(before - now.get(index, before)):
+                text = "GPU %d link %d: up at the job's start, down now" % (index, link)
+                events.append(watch_event("nvlink-down", self.buses.get(index, ""), link, text))
         return events
 
 
@@ -830,6 +900,22 @@ def cpu_seconds(pid, ticks):
         return None
 
 
+def job_process(pid, rank, marker, proc="/proc", uid=None):
+    """Whether `pid` may stand for `rank`: the job's user owns it and its environ carries
+    the job's marker and that RANK. A note only names its pid: one naming another user's
+    process, torchrun or another rank must never have that process's CPU time or OOM kill
+    read as the rank's."""
+    folder = os.path.join(proc, str(pid))
+    try:
+        if os.stat(folder).st_uid != (os.getuid() if uid is None else uid):
+            return False
+        with open(os.path.join(folder, "environ"), "rb") as handle:
+            items = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return marker in items and ("RANK=%d" % rank).encode() in items
+
+
 class _NoClasses(pickle.Unpickler):
     """Plain data only: a pickle naming any class or function is refused."""
 
@@ -920,6 +1006,30 @@ def rank_number(env):
         return int(env.get("RANK"))
     except (TypeError, ValueError):
         return -1
+
+
+def process_state(pid, proc="/proc"):
+    """The state letter of /proc/PID/stat (R, S, D, T, t, Z, X...); None: no such process.
+    Read as bytes after the command's last ")": the command is the process's own choice."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), "rb") as handle:
+            fields = handle.read(4096).rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+    return fields[0].decode("ascii", "replace")[:1] if fields else None
+
+
+def cannot_answer(state):
+    """Why a rank in this state can write no stack and no flight record, or None: a
+    stopped process runs no signal handler and no thread until it is continued, and a gone
+    one never will, so waiting for them only delays the hang's report."""
+    if state in ("T", "t"):
+        how = "stopped" if state == "T" else "stopped by a tracer"
+        return "its process is %s (state %s): it can write no stack, none was asked" % (how, state)
+    if state is None or state in ("Z", "X", "x"):
+        ended = "state %s" % state if state else "gone"
+        return "its process has ended (%s): no stack to ask" % ended
+    return None
 
 
 def signal_ranks(found):

@@ -37,7 +37,7 @@ from clusterkit.transport.base import CommandResult, Deadline, Transport
 NODE_PACKAGE = "clusterkit.node"
 PRELUDE = f"{NODE_PACKAGE}.prelude"
 # Node modules a program may import beside the prelude: inserted after it, once each.
-LIBRARIES = ("kernellog",)
+LIBRARIES = ("kernellog", "nvlink")
 # The import at the top level of a program (column 0), on one line or parenthesised.
 _IMPORT = re.compile(r"^from clusterkit\.node\.prelude import (?:\([^)]*\)|[^\n(]*)\n", re.M)
 _LIBRARY_IMPORT = re.compile(

@@ -29,34 +29,43 @@ def wait_for_line(log: Path, pattern: str, seconds: float = 240.0) -> None:
     raise AssertionError(f"no {pattern!r} in the job's log:\n{log.read_text()[-3000:]}")
 
 
-def test_a_crashed_node_is_left_out_of_the_next_steps_and_the_spare_finishes(
-    slurm: SlurmCluster, tmp_path: Path
-) -> None:
-    checkpoint, log = tmp_path / "checkpoint.pt", tmp_path / "job.log"
+def submit(slurm: SlurmCluster, tmp_path: Path, clusterkit_args: str, *job: str) -> int:
+    """The example batch script on 3 nodes (the job on two, a spare), logging to
+    tmp_path/job.log: its job id."""
     env = {
         **job_env(slurm),
         "CLUSTERKIT_SETTINGS": str(settings_file(tmp_path)),
         "NNODES": "2",
-        "CLUSTERKIT_ARGS": "--skip bench --node-timeout 15",
+        "CLUSTERKIT_ARGS": clusterkit_args,
     }
+    log = tmp_path / "job.log"
+    return int(
+        slurm.run(
+            ["sbatch", "--parsable", "-N3", f"--output={log}", f"--chdir={tmp_path}",
+             str(RESILIENT), JOB, *job],
+            env=env,
+        ).stdout.strip()
+    )  # fmt: skip
+
+
+def test_a_crashed_node_is_left_out_of_the_next_steps_and_the_spare_finishes(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    checkpoint, log = tmp_path / "checkpoint.pt", tmp_path / "job.log"
     node2 = slurm.net.nodes[1]
     restarted = False
     try:
-        job = slurm.run(
-            ["sbatch", "--parsable", "-N3", f"--output={log}", f"--chdir={tmp_path}",
-             str(RESILIENT), JOB, *training_job(checkpoint)],
-            env=env,
-        ).stdout.strip()  # fmt: skip
+        job = submit(slurm, tmp_path, "--skip bench --node-timeout 15", *training_job(checkpoint))
         wait_for_line(log, r"^node2/1: step 3 ")
         crash(node2)
         wait_for_line(log, r"^clusterkit: exit status \d+$", seconds=300)
         # The node boots again: until its slurmd answers, Slurm cannot complete the job.
         slurm.restart_slurmd(node2)
         restarted = True
-        slurm.wait_job(int(job), timeout=300)
+        slurm.wait_job(job, timeout=300)
         assert not [step for step in slurm.steps() if "clusterkit" in step]
         text = log.read_text()
-        assert _exit_code(slurm, int(job)) == "0", text[-4000:]
+        assert _exit_code(slurm, job) == "0", text[-4000:]
         assert re.search(r"node fault on node2: node2 was lost", text), text[-3000:]
         assert "spare node3 taken" in text
         assert "scontrol update nodename=node2 state=drain 'reason=clusterkit: launch:" in text
@@ -80,20 +89,11 @@ def test_a_job_printing_a_hardware_error_leaves_its_node_out_but_never_drains_it
     --slurm-drain. Its words may leave the node out of this run; only the node's own evidence
     (kernel log, nvidia-smi, its checks after the stop) drains it."""
     log = tmp_path / "job.log"
-    env = {
-        **job_env(slurm),
-        "CLUSTERKIT_SETTINGS": str(settings_file(tmp_path)),
-        "NNODES": "2",
-        "CLUSTERKIT_ARGS": "--skip bench --slurm-drain",
-    }
     words = "CUDA error: uncorrectable ECC error encountered"
     try:
-        job = slurm.run(
-            ["sbatch", "--parsable", "-N3", f"--output={log}", f"--chdir={tmp_path}",
-             str(RESILIENT), JOB, "--steps", "5", "--fail-rank", "1", "--fail-text", words],
-            env=env,
-        ).stdout.strip()  # fmt: skip
-        slurm.wait_job(int(job), timeout=300)
+        failing = ("--steps", "5", "--fail-rank", "1", "--fail-text", words)
+        job = submit(slurm, tmp_path, "--skip bench --slurm-drain", *failing)
+        slurm.wait_job(job, timeout=300)
         text = log.read_text()
         assert re.search(r"node fault on node2: .*uncorrectable ECC error", text), text[-3000:]
         assert "spare node3 taken" in text
@@ -112,27 +112,18 @@ def test_an_xid_mid_run_stops_the_step_drains_the_node_and_the_spare_finishes(
     """The hardware watch inside the srun step: an Xid 79 in node2's own kernel log stops
     the job in seconds as a node fault on its own evidence, which --slurm-drain drains."""
     checkpoint, log = tmp_path / "checkpoint.pt", tmp_path / "job.log"
-    env = {
-        **job_env(slurm),
-        "CLUSTERKIT_SETTINGS": str(settings_file(tmp_path)),
-        "NNODES": "2",
-        "CLUSTERKIT_ARGS": "--skip bench --slurm-drain",
-    }
     xid_79 = "NVRM: Xid (PCI:0000:1a:00): 79, pid=0, name=<unknown>, GPU has fallen off the bus."
     try:
-        job = slurm.run(
-            ["sbatch", "--parsable", "-N3", f"--output={log}", f"--chdir={tmp_path}",
-             str(RESILIENT), JOB, *training_job(checkpoint, steps=80)],
-            env=env,
-        ).stdout.strip()  # fmt: skip
+        training = training_job(checkpoint, steps=80)
+        job = submit(slurm, tmp_path, "--skip bench --slurm-drain", *training)
         wait_for_line(log, r"^node2/1: step 3 ")
         slurm.net.nodes[1].set_kernel_log([xid_79])
         start = time.monotonic()
         wait_for_line(log, r"node2: node fault during the run: Xid 79", seconds=30)
         assert time.monotonic() - start < 10.0
-        slurm.wait_job(int(job), timeout=300)
+        slurm.wait_job(job, timeout=300)
         text = log.read_text()
-        assert _exit_code(slurm, int(job)) == "0", text[-4000:]
+        assert _exit_code(slurm, job) == "0", text[-4000:]
         assert re.search(r"node fault on node2: node2 during the run: Xid 79", text), text[-3000:]
         assert "spare node3 taken" in text
         assert re.search(r"^node3/1: start step=([3-9]|\d\d+) restart=1", text, re.M), text[-3000:]

@@ -57,26 +57,35 @@ def _until(process: RemoteProcess, token: bytes, wanted: str, seconds: float) ->
     raise AssertionError(f"no {wanted!r} message in {seconds:g} s: {messages}")
 
 
-def test_the_node_programs_messages_pass_strictly(tmp_path: Path) -> None:
-    """The real program, shipped as the supervisor ships it, runs a one-rank job: started,
-    the heartbeat, a stack dump and the exit report all have the declared shape."""
+def start_node_program(workdir: Path, env: dict[str, str]) -> tuple[RemoteProcess, bytes]:
+    """The real node program, shipped as the supervisor ships it, running JOB in `workdir`
+    with `env` (torchrun's variables make it a rank): the process and its message token."""
     token = "clusterkit-" + secrets.token_hex(8)
     spec = {
         "token": token, "marker": f"test-{secrets.token_hex(4)}/0",
-        "argv": [sys.executable, "-c", JOB], "env": {"RANK": "0", "GROUP_RANK": "0",
-        "LOCAL_RANK": "0"}, "run_name": "clusterkit-test-launch", "run_dir_placeholder": RUN_DIR,
-        "workdir": str(tmp_path), "container": None, "stop_grace": 2.0, "stacks": "faulthandler",
+        "argv": [sys.executable, "-c", JOB], "env": env, "run_name": "clusterkit-test-launch",
+        "run_dir_placeholder": RUN_DIR,
+        "workdir": str(workdir), "container": None, "stop_grace": 2.0, "stacks": "faulthandler",
     }  # fmt: skip
     argv, stdin = shipment(sys.executable, node_source(), [json.dumps(spec)])
     process = LocalTransport("node1").start(argv, deadline=Deadline.after(60))
     process.send(stdin)
+    return process, token.encode()
+
+
+def test_the_node_programs_messages_pass_strictly(tmp_path: Path) -> None:
+    """The real program, shipped as the supervisor ships it, runs a one-rank job: started,
+    the heartbeat, a stack dump and the exit report all have the declared shape."""
+    process, token = start_node_program(
+        tmp_path, {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0"}
+    )
     try:
-        messages = _until(process, token.encode(), "started", 20)
-        messages += _until(process, token.encode(), "alive", 15)
+        messages = _until(process, token, "started", 20)
+        messages += _until(process, token, "alive", 15)
         process.send(b"dump\n")
-        messages += _until(process, token.encode(), "dump", 20)
+        messages += _until(process, token, "dump", 20)
         process.send(b"stop\n")
-        messages += _until(process, token.encode(), "exit", 20)
+        messages += _until(process, token, "exit", 20)
     finally:
         process.finish(Deadline.after(10))
     for message in messages:

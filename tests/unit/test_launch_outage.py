@@ -4,9 +4,6 @@ times, the trace `cost` reads) counted from its last sign of life, not from the 
 
 from __future__ import annotations
 
-import json
-import secrets
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,14 +11,11 @@ from pathlib import Path
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.faults import classify
 from clusterkit.launch.incidents import Incident, trace_text
-from clusterkit.launch.supervise import NODE_TIMEOUT, START_SECONDS, node_source
+from clusterkit.launch.supervise import NODE_TIMEOUT, START_SECONDS
 from clusterkit.node import launch as node_launch
-from clusterkit.rundir import RUN_DIR
 from clusterkit.transport.base import Deadline
-from clusterkit.transport.local import LocalTransport
-from clusterkit.transport.nodescript import shipment
 from tests.unit.test_launch_hostile_node import control, supervisor
-from tests.unit.test_launch_messages import JOB, _until
+from tests.unit.test_launch_messages import _until, start_node_program
 
 
 def test_the_defaults_tell_a_lost_node_within_fifteen_seconds_without_false_losses() -> None:
@@ -34,23 +28,14 @@ def test_the_node_program_speaks_every_second_while_the_job_is_silent(tmp_path: 
     """The real node program running a silent job that is no rank (no progress reports): a
     heartbeat comes every second or so (five within eight seconds; every 5 s before, too
     rare for a 10 s node timeout)."""
-    token = "clusterkit-" + secrets.token_hex(8)
-    spec = {
-        "token": token, "marker": f"test-{secrets.token_hex(4)}/0",
-        "argv": [sys.executable, "-c", JOB], "env": {}, "run_name": "clusterkit-test-launch",
-        "run_dir_placeholder": RUN_DIR,
-        "workdir": str(tmp_path), "container": None, "stop_grace": 2.0, "stacks": "faulthandler",
-    }  # fmt: skip
-    argv, stdin = shipment(sys.executable, node_source(), [json.dumps(spec)])
-    process = LocalTransport("node1").start(argv, deadline=Deadline.after(60))
-    process.send(stdin)
+    process, token = start_node_program(tmp_path, {})
     try:
-        _until(process, token.encode(), "started", 20)
+        _until(process, token, "started", 20)
         started = time.monotonic()
-        beats = [_until(process, token.encode(), "alive", 8) for _ in range(5)]
+        beats = [_until(process, token, "alive", 8) for _ in range(5)]
         assert time.monotonic() - started < 8.0, beats
         process.send(b"stop\n")
-        _until(process, token.encode(), "exit", 20)
+        _until(process, token, "exit", 20)
     finally:
         process.finish(Deadline.after(10))
 
@@ -59,20 +44,11 @@ def test_the_node_program_ends_as_soon_as_it_has_reported(tmp_path: Path) -> Non
     """After its exit report the node program leaves at once, status 0. An ordinary
     interpreter exit waited a second for the lock of stdin, held by the thread reading the
     commands, then aborted (SIGABRT): a second added to every stop and every restart."""
-    token = "clusterkit-" + secrets.token_hex(8)
-    spec = {
-        "token": token, "marker": f"test-{secrets.token_hex(4)}/0",
-        "argv": [sys.executable, "-c", JOB], "env": {}, "run_name": "clusterkit-test-launch",
-        "run_dir_placeholder": RUN_DIR,
-        "workdir": str(tmp_path), "container": None, "stop_grace": 2.0, "stacks": "faulthandler",
-    }  # fmt: skip
-    argv, stdin = shipment(sys.executable, node_source(), [json.dumps(spec)])
-    process = LocalTransport("node1").start(argv, deadline=Deadline.after(60))
-    process.send(stdin)
+    process, token = start_node_program(tmp_path, {})
     try:
-        _until(process, token.encode(), "started", 20)
+        _until(process, token, "started", 20)
         process.send(b"stop\n")
-        (*_, report) = _until(process, token.encode(), "exit", 20)
+        (*_, report) = _until(process, token, "exit", 20)
         assert report["stopped"] is True
     finally:
         result = process.finish(Deadline.after(10))

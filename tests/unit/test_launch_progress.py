@@ -5,6 +5,7 @@ tests/fixtures/flight-recorder/, checked against torch's own analyser)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import subprocess
@@ -15,7 +16,14 @@ import pytest
 
 from clusterkit.launch.flight import divergence
 from clusterkit.launch.progress import ProgressWatch, Sample, advanced
-from clusterkit.node.launch import pg_counters, progress_notes, read_record
+from clusterkit.node.launch import (
+    MARKER,
+    Runner,
+    job_process,
+    pg_counters,
+    progress_notes,
+    read_record,
+)
 from clusterkit.transport.base import Deadline
 from tests.unit.test_launch_hostile_node import control, supervisor
 
@@ -166,6 +174,51 @@ def test_the_runner_reads_the_ranks_notes_newest_per_rank(tmp_path: Path) -> Non
     assert [(rank, pid) for rank, pid, _ in notes] == [(0, 200), (2, 400)]
     assert pg_counters(notes[0][2]) == {"0": [7, 6]}
     assert pg_counters(notes[1][2]) is None
+
+
+def test_a_note_naming_a_process_that_is_not_the_rank_is_ignored(tmp_path: Path) -> None:
+    """The job (or anyone who can write its notes) names the pid: the runner reads a pid's
+    CPU time, and keeps it for the watch's OOM kills, only when that process carries the
+    job's marker and the note's RANK."""
+    runner = Runner({"token": "t", "marker": "run-1/0"})
+    runner.run_dir = str(tmp_path)
+    Path(runner.stacks_dir).mkdir()
+    env = {**os.environ, MARKER: "run-1/0", "RANK": "0"}
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    rank = subprocess.Popen(sleep, env=env)
+    other = subprocess.Popen(sleep, env={**env, MARKER: "run-2/0"})  # another job's rank
+    try:
+        notes = {0: rank.pid, 1: os.getpid(), 2: rank.pid, 3: other.pid}  # 1-3 are lies
+        for number, pid in notes.items():
+            note = Path(runner.stacks_dir) / f"progress-{number}.{pid}.json"
+            note.write_text(json.dumps({"t": 1.0, "pg_status": None}))
+        sampled = runner.progress_sample(100.0)
+    finally:
+        for process in (rank, other):
+            process.kill()
+            process.wait()
+    assert [(entry["rank"], entry["pid"]) for entry in sampled] == [(0, rank.pid)]
+    assert runner.rank_pids == {rank.pid}
+
+
+def test_a_rank_is_a_process_of_the_jobs_user_with_its_marker_and_rank(tmp_path: Path) -> None:
+    """Over a /proc laid out by hand: owner, marker and RANK must all match, to the byte."""
+    marker = f"{MARKER}=run-1/0".encode()
+
+    def process(pid: int, *items: bytes) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "environ").write_bytes(b"\0".join(items) + b"\0")
+
+    process(10, b"PATH=/bin", marker, b"RANK=3")
+    process(11, marker + b"x", b"RANK=3")  # another marker that starts with the job's
+    process(12, b"RANK=3", b"X=" + marker)  # the marker as another variable's value
+    (tmp_path / "13").mkdir()  # no environ to read (a kernel thread, a zombie)
+    mine = os.getuid()
+    assert job_process(10, 3, marker, proc=str(tmp_path), uid=mine)
+    assert not job_process(10, 3, marker, proc=str(tmp_path), uid=mine + 1)  # another user's
+    assert not job_process(10, 4, marker, proc=str(tmp_path), uid=mine)  # another rank
+    for pid in (11, 12, 13, 14):
+        assert not job_process(pid, 3, marker, proc=str(tmp_path), uid=mine)
 
 
 def test_a_watchdog_pickle_is_read_as_plain_data_only(tmp_path: Path) -> None:
