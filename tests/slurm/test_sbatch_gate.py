@@ -32,6 +32,7 @@ def submit(slurm: SlurmCluster, tmp_path: Path) -> tuple[int, str]:
         "CLUSTERKIT_SETTINGS": str(settings_file(tmp_path)),
         "CLUSTERKIT_ARGS": "--skip bench",  # the bench over srun is covered by test_check_slurm
         "GLOO_SOCKET_IFNAME": "eth0",
+        "GPUS_PER_NODE": "1",  # CPU nodes: the default, a rank per GPU, needs CUDA
     }
     job = slurm.run(
         ["sbatch", "--parsable", f"--output={log}", str(GATE), str(train)],
@@ -59,6 +60,10 @@ def test_gate_refuses_a_broken_allocation_and_names_the_nodes(
     status, log = submit(slurm, tmp_path)
     assert status == 1, log
     assert "pre-flight failed (exit 1): not launching" in log
-    assert "--exclude=node3 " in log
+    # Paste-ready: the script as submitted and its arguments, not a literal "...".
+    assert (
+        f"resubmit without the failing nodes: sbatch --exclude=node3 {GATE} {tmp_path}/train.py\n"
+        in log
+    )
     assert "rank " not in log  # torchrun never started
     assert slurm.steps() == []
