@@ -194,7 +194,7 @@ def cpu_build_findings(facts: Facts, expect: Expectations) -> list[Finding]:
         torch = collected(facts[host].get("torch"))
         if torch.get("present") and not torch.get("cuda") and not torch.get("hip"):
             wheel = _wheel(torch, gpus)
-            cpu_on_gpu[host] = f"torch {torch.get('version')} is a CPU build ({wheel})"
+            cpu_on_gpu[host] = f"torch {torch.get('version')} is a CPU build"
             wheels[wheel] = None
     needs_cuda = expect.cuda is not None or "+cu" in (expect.torch or "")
     return [
