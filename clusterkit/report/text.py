@@ -210,8 +210,8 @@ def render_rich(
         _rich_stage(console, report, stage, findings, lines, only_problems, verbose)
     if only_problems:
         console.print("\n" + escape(hidden_line(report)))
-    elif not verbose and any(f.status not in PROBLEMS for f in report.findings):
-        console.print("[dim](-v lists every check and host)[/dim]")
+    elif not verbose and any(f.status is not Status.FAIL for f in report.findings):
+        console.print("[dim](-q shows each warning whole, -v every check and host)[/dim]")
     console.print(f"\n[{_VERDICT_STYLE[report.verdict]}]{_summary(report)}[/]")
 
 
@@ -249,13 +249,31 @@ def host_line(row: tuple[str, ...]) -> str:
 
 def _hosts_part(line: Line) -> str:
     """` node[2-3]` after the check id, unless the message names the same hosts itself."""
-    from rich.markup import escape
-
     cell = printable(line.hosts)
     message = printable(line.message)
     if cell == "-" or cell in message:
         return ""
-    return " " + escape(cell)
+    return " " + cell
+
+
+GLANCE_SLACK = 12  # characters kept free for where a word wraps: two lines stay two
+
+
+def _line_body(line: Line, *, whole: bool, width: int) -> str:
+    """A problem under its stage: whole (the message and its remedy wrapped under the check),
+    or a warning at a glance: its message cut to about two lines, `-q` shows it whole."""
+    from rich.markup import escape
+
+    name = printable(line.id)
+    rest = f"{_hosts_part(line)}: {printable(line.message)}"
+    if not whole:
+        room = max(2 * width - len(name) - GLANCE_SLACK, 1)
+        rest = rest if len(rest) <= room else rest[: room - 1] + "\u2026"
+        return f"[bold]{escape(name)}[/bold]{escape(rest)}"
+    body = f"[bold]{escape(name)}[/bold]{escape(rest)}"
+    if line.remedy:
+        body += f"\n[cyan]remedy:[/cyan] {escape(printable(line.remedy))}"
+    return body
 
 
 def _rich_stage(
@@ -284,10 +302,8 @@ def _rich_stage(
     grid.add_column(no_wrap=True, width=7)
     grid.add_column(overflow="fold")
     for line in shown:
-        body = f"[bold]{escape(printable(line.id))}[/bold]{_hosts_part(line)}: "
-        body += escape(printable(line.message))
-        if line.remedy:
-            body += f"\n[cyan]remedy:[/cyan] {escape(printable(line.remedy))}"
+        whole = verbose or only_problems or line.status is not Status.WARN
+        body = _line_body(line, whole=whole, width=console.width - 8)
         grid.add_row(f"  [{_STYLE[line.status]}]{line.status.value}[/]", body)
     if shown:
         console.print(grid)

@@ -31,7 +31,7 @@ from tests.unit.test_gpu_health import H100_IDLE, PENDING
 
 REPORTS = Path(__file__).parent.parent / "fixtures" / "reports"
 NODES = ["node1", "node2", "node3", "node4"]
-SCREEN = 40  # lines: see test_a_passing_4_node_check_fits_one_80_column_screen
+SCREEN = 24  # lines of a terminal's first screen (80 x 24)
 
 
 @pytest.mark.parametrize(
@@ -200,18 +200,20 @@ def recorded(name: str) -> Report:
                   data["details"], seconds=data["seconds"])  # fmt: skip
 
 
-def on_terminal(report: Report, *, verbose: bool = False, columns: int = 80) -> list[str]:
+def on_terminal(
+    report: Report, *, verbose: bool = False, only_problems: bool = False, columns: int = 80
+) -> list[str]:
     environ = {"COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
     stdout = io.StringIO()
     emit(report, "text", None, Environment(stdout=stdout, environ=environ, stdout_isatty=True),
-         verbose=verbose)  # fmt: skip
+         verbose=verbose, only_problems=only_problems)  # fmt: skip
     return [line.rstrip() for line in stdout.getvalue().splitlines()]
 
 
 def test_a_passing_4_node_check_fits_one_80_column_screen() -> None:
-    """The recorded check passes with 3 warnings, each shown whole (message and remedy):
-    those take about 20 lines at 80 columns, so the screen is 40 lines; everything else
-    (hosts, one line a stage, the verdict) stays within 24 - 20 = the rest of a 24-line one."""
+    """The recorded check passes with 3 warnings: each is at most two lines at a glance
+    (shown whole, with its remedy, they took 20), so the whole report fits 80 x 24; `-q`
+    shows each warning whole."""
     report = recorded("check-4-nodes-pass.json")
     assert report.verdict == "pass" and len(report.hosts) == 4
     lines = on_terminal(report)
@@ -219,13 +221,16 @@ def test_a_passing_4_node_check_fits_one_80_column_screen() -> None:
     assert max(map(len, lines)) <= 80
     warned = [f for f in report.findings if f.status is Status.WARN]
     assert len(warned) == 3
-    text = " ".join(" ".join(lines).split())
-    for finding in warned:
-        assert finding.id in text and " ".join(str(finding.remedy).split()) in text
+    assert [line.split()[1].rstrip(":") for line in lines if line.startswith("  warn ")] == [
+        f.id for f in warned
+    ]
     body = [line for line in lines if not line.startswith(" ")]
     assert len(body) <= 16, "\n".join(body)  # hosts, stages, hint and verdict
     assert re.search(r"^static\s+\d+ ok, \d+ skip, 3 warn$", "\n".join(lines), re.MULTILINE)
-    assert "(-v lists every check and host)" in lines
+    assert "(-q shows each warning whole, -v every check and host)" in lines
+    whole = " ".join(" ".join(on_terminal(report, only_problems=True)).split())
+    for finding in warned:
+        assert " ".join(str(finding.remedy).split()) in whole
 
 
 def test_verbose_lists_every_check_and_host_on_the_terminal() -> None:
