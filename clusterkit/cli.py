@@ -16,6 +16,7 @@ from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
 from clusterkit.launch.spares import NodeCount
 from clusterkit.probe import PROBE_SECONDS
+from clusterkit.stagenames import SKIPPABLE, StageName
 from clusterkit.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
     from clusterkit.environment import Environment
 
-STAGES = ("network", "bench", "image", "dcgm")
 FORMATS = ("text", "json", "junit")
 REPORT_FORMATS = (*FORMATS, "prometheus", "html")  # check, node-check, bench (docs/report.md)
 
@@ -77,14 +77,14 @@ class _Parser(argparse.ArgumentParser):
         return None
 
 
-def _stage_list(text: str) -> frozenset[str]:
-    names = frozenset(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(names - set(STAGES))
+def _stage_list(text: str) -> frozenset[StageName]:
+    names = {part.strip() for part in text.split(",") if part.strip()}
+    unknown = sorted(names - set(SKIPPABLE))
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown stage {', '.join(unknown)} (stages: {', '.join(STAGES)})"
+            f"unknown stage {', '.join(unknown)} (stages: {', '.join(SKIPPABLE)})"
         )
-    return names
+    return frozenset(stage for stage in SKIPPABLE if stage in names)
 
 
 class _AddStages(argparse.Action):
@@ -371,7 +371,7 @@ def _add_check_run_options(
         action=_AddStages,
         default=frozenset(),
         metavar="STAGE[,STAGE]",
-        help=f"skip check stages: {', '.join(STAGES)} (repeatable)",
+        help=f"skip check stages: {', '.join(SKIPPABLE)} (repeatable)",
     )
     parser.add_argument("--strict", action="store_true", help=strict_help)
     parser.add_argument(

@@ -30,7 +30,6 @@ from clusterkit.facts import HostFacts
 from clusterkit.inventory.model import Inventory
 from clusterkit.transport.base import CommandResult, Deadline
 
-STAGE = "bench"
 NCCL_LOG_BEGIN = "--clusterkit-nccl-log--"
 NCCL_LOG_END = "--clusterkit-nccl-log-end--"
 _LOG_LINE = re.compile(r"^clusterkit-bench: (.*)$", re.M)
@@ -170,7 +169,6 @@ def judge(
                 f"{world_errors[0][1]} (caught before timing)",
                 hosts=sorted({host for host, _ in world_errors}),
                 expected=len(runs) * nproc,
-                stage=STAGE,
                 remedy="check --nproc-per-node / clusterkit.expect.gpus_per_node and that every "
                 "node runs the bench",
             )
@@ -247,7 +245,6 @@ def failure_findings(
                 message + tail,
                 hosts=[first_host],
                 found=message,
-                stage=STAGE,
                 remedy=f"look at {first_host}: `dmesg`, the NCCL log in the JSON report, and the "
                 "network stage findings",
             )
@@ -259,7 +256,6 @@ def failure_findings(
                 Status.ERROR,
                 f"no result before the deadline; stopped on {', '.join(stopped)}",
                 hosts=stopped,
-                stage=STAGE,
                 remedy="raise --timeout, or reduce -e/-n; check the network stage",
             )
         )
@@ -276,7 +272,6 @@ def failure_findings(
                 if everyone
                 else f"no rank joined from {', '.join(never)}",
                 hosts=never,
-                stage=STAGE,
                 remedy="check that every node reaches the master port, that all TCP between "
                 "nodes on clusterkit.interface is open, and the network stage findings",
             )
@@ -334,7 +329,6 @@ def _no_result_finding(runs: list[NodeRun]) -> Finding:
         Status.FAIL,
         f"no result came back from rank 0 on {first}, and no node said why",
         hosts=[first] if runs else [],
-        stage=STAGE,
         remedy=f"look at {first}: its torchrun output in the JSON report",
     )
 
@@ -364,7 +358,6 @@ def no_torch_finding(missing: dict[str, str], stopped: list[str]) -> Finding:
         hosts=list(missing),
         expected="torch importable",
         found="missing",
-        stage=STAGE,
         remedy=TORCH_REMEDY,
     )
 

@@ -22,7 +22,6 @@ from clusterkit.bench import pairing
 from clusterkit.bench.attribution import NodeRun, failure_findings, read_node
 from clusterkit.bench.launcher import (
     KILL_GRACE_S,
-    STAGE,
     NodePlan,
     World,
     job_plans,
@@ -94,7 +93,7 @@ def not_run(
     reason: str, hosts: list[str] | None = None, *, check: str = CHECK, what: str = "find-slow"
 ) -> FindSlowOutcome:
     """The outcome of a round-based run (find-slow, per-node) that could not start."""
-    finding = Finding(check, Status.SKIP, f"not run: {reason}", hosts=hosts or [], stage=STAGE)
+    finding = Finding(check, Status.SKIP, f"not run: {reason}", hosts=hosts or [])
     return FindSlowOutcome([finding], {"skipped": reason}, [f"{what}: not run: {reason}"])
 
 
@@ -329,7 +328,6 @@ def _finding(
             f"measured anything{cut}",
             hosts=hosts,
             expected=expected,
-            stage=STAGE,
             remedy="raise --timeout or reduce find_slow_bytes; see details.bench.find_slow",
         )
     if not verdict.named:
@@ -341,7 +339,6 @@ def _finding(
             f"{options.find_slow_group}, median {median:.3g} GB/s{cut}",
             hosts=hosts,
             expected=expected,
-            stage=STAGE,
         )
     found = {host: _node_summary(verdict, host) for host in verdict.named}
     words = "; ".join(f"{host}: {_describe(verdict, host)}" for host in verdict.named)
@@ -354,7 +351,6 @@ def _finding(
         hosts=list(verdict.named),
         expected=expected,
         found=found,
-        stage=STAGE,
         remedy=REMEDY,
     )
 

@@ -32,7 +32,6 @@ from clusterkit.inventory.model import Host, Inventory
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR, folder_name, shell_line
 from clusterkit.transport.base import Deadline, Transport
 
-STAGE = "bench"
 RUN_USER = "{clusterkit_run_user}"  # the node script's uid:gid, for `docker run --user`
 KILL_GRACE_S = 6.0  # kill this long before the deadline so output can still come back
 FAILURE_GRACE_S = 2.0  # after a node fails, let the others report their own errors
@@ -291,7 +290,6 @@ def launch_bench(
             f"not run: {', '.join(missing) or 'no host'} not connected; a partial world "
             "would measure the wrong thing",
             hosts=missing,
-            stage=STAGE,
         )
         return BenchOutcome([finding], None, "", [], run_id, 0.0)
     world = plan_world(transports, inventory, options)

@@ -19,7 +19,7 @@ from typing import Any
 
 from clusterkit.bench import findslow
 from clusterkit.bench.findslow import MIN_ROUND_S, FindSlowOutcome, one_size, round_world, run_round
-from clusterkit.bench.gate import STAGE, Threshold, detect_fabric, fabric_default
+from clusterkit.bench.gate import Threshold, detect_fabric, fabric_default
 from clusterkit.bench.launcher import World
 from clusterkit.bench.options import BenchOptions
 from clusterkit.checks.model import Finding, Status
@@ -83,7 +83,6 @@ def _judge(
             Status.FAIL,
             f"{node.host} alone: the bench failed: {node.error or 'no result'}",
             hosts=[node.host],
-            stage=STAGE,
             remedy=REMEDY,
         )
     value = node.threshold.value
@@ -100,7 +99,6 @@ def _judge(
             hosts=[node.host],
             expected=f">= {value:g}",
             found=found,
-            stage=STAGE,
             remedy=REMEDY,
         )
     if ratio is not None and ratio < fraction:
@@ -111,14 +109,11 @@ def _judge(
             hosts=[node.host],
             expected=f">= {fraction:g} x the median of the nodes",
             found=found,
-            stage=STAGE,
             remedy=REMEDY,
         )
     rules = [f">= {value:g} GB/s" if value is not None else "", against]
     why = "; ".join(rule for rule in rules if rule) or "reported only"
-    return Finding(
-        CHECK, Status.OK, f"{busbw} ({why})", hosts=[node.host], found=found, stage=STAGE
-    )
+    return Finding(CHECK, Status.OK, f"{busbw} ({why})", hosts=[node.host], found=found)
 
 
 def not_run(reason: str, hosts: list[str] | None = None) -> FindSlowOutcome:

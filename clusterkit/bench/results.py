@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypedDict, TypeVar, cast, final
 
-from clusterkit.facts import shape_problem
+from clusterkit.shape import shape_problem
 
 
 class MalformedResult(ValueError):

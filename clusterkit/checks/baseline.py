@@ -261,5 +261,5 @@ def size_words(size: int) -> str:
 
 
 def typed_baseline(raw: Mapping[str, Any]) -> Baseline:
-    """For callers that checked `raw`'s shape against Baseline (facts.shape_problem)."""
+    """For callers that checked `raw`'s shape against Baseline (shape.shape_problem)."""
     return cast(Baseline, raw)

@@ -30,12 +30,15 @@ from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
 from clusterkit.launch.watch import node_devices
 from clusterkit.report.escape import printable
 from clusterkit.safefiles import PrivateFolder
+from clusterkit.stagenames import StageName
 from clusterkit.stages import Session, Stage, run_stages
 from clusterkit.stages.launch import LaunchStage, outcome_details
 from clusterkit.stages.session import NoProgress, SessionOptions
 
-RECHECK_STAGES = ("probe", "static", "network")  # fast: seconds, not the bench's minutes
-POSTMORTEM_STAGES = ("probe", "static")  # what a failed attempt's survivors say of themselves
+# The re-check of a new node set: fast, seconds rather than the bench's minutes.
+RECHECK_STAGES: tuple[StageName, ...] = ("probe", "static", "network")
+# What a failed attempt's survivors say of themselves.
+POSTMORTEM_STAGES: tuple[StageName, ...] = ("probe", "static")
 # What a restart may cure; not a time limit. node-fault: the hardware watch stopped it.
 RECOVERABLE = ("failed", "lost", "hung", "slow", "node-fault")
 RESTART_VARIABLE = "CLUSTERKIT_RESTART"  # the attempt number, 0 first: resume when > 0
@@ -276,7 +279,7 @@ class Attempts:
         return problems, kills
 
     def _session(
-        self, hosts: Sequence[str], *, recheck: bool = False, stages: Sequence[str] = ()
+        self, hosts: Sequence[str], *, recheck: bool = False, stages: Sequence[StageName] = ()
     ) -> Session:
         """A session over `hosts` on the gate's connections, with `stages` of the check (or
         the re-check's) run; the master is the inventory's while it is among them."""
@@ -291,7 +294,7 @@ class Attempts:
         )
         if recheck:  # what the post-mortem just probed is not probed again
             session.facts.update({h: f for h, f in self.fresh_facts.items() if h in hosts})
-        wanted = set(stages) or (set(RECHECK_STAGES) if recheck else set())
+        wanted: set[StageName] = set(stages) or (set(RECHECK_STAGES) if recheck else set())
         if recheck and self.args.recheck == "bench":
             wanted.add("bench")
         if wanted:

@@ -11,6 +11,7 @@ from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
 from clusterkit.node.bench_worker import COLLECTIVES
 from clusterkit.provision.remedy import TAGS
+from clusterkit.stagenames import SKIPPABLE
 from clusterkit.status import ExitStatus
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:%-]*")
@@ -19,11 +20,9 @@ PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:%-]*")
 def known_values() -> dict[str, list[str]]:
     """Values of free-text options that have known answers: stages, collectives, playbook
     tags, and the bundled price catalog's instances and regions."""
-    from clusterkit.cli import STAGES
-
     prices = catalog.load(catalog.packaged_path())
-    values = {
-        "--skip": list(STAGES),
+    values: dict[str, list[str]] = {
+        "--skip": list(SKIPPABLE),
         "--collective": list(COLLECTIVES),
         "--tags": list(TAGS),
         "--skip-tags": list(TAGS),

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -47,10 +47,11 @@ from clusterkit.safefiles import PrivateFolder, UnsafePathError
 from clusterkit.slurm.check import in_steps, slurm_stages, srun_session_of
 from clusterkit.slurm.drain import drain_command, drain_left_out
 from clusterkit.slurm.target import SlurmTarget
-from clusterkit.stages import Session, build_report, run_stages
+from clusterkit.stages import Session, StageResult, build_report, run_stages
 from clusterkit.stages.connect import ConnectStage
 from clusterkit.stages.launch import job_finding
 from clusterkit.stages.probe import ProbeStage
+from clusterkit.stages.runner import record
 from clusterkit.stages.session import NoProgress, SessionOptions
 from clusterkit.status import ExitStatus
 from clusterkit.transport.srun import SrunSession
@@ -277,7 +278,7 @@ def record_run(args: argparse.Namespace, env: Environment, gate: Gate, attempts:
     if args.check_output and gate.session is not None:
         gate.session.details["launch"] = attempts.details()
         if attempts.outcome is not None:  # the report's verdict is the launch's, not the gate's
-            gate.session.findings.append(replace(job_finding(attempts.outcome), stage="launch"))
+            record(gate.session, "launch", StageResult([job_finding(attempts.outcome)]))
             gate.session.stages["launch"] = "ran"
         report = build_report(gate.session, "launch", seconds=0.0, strict=args.strict)
         emit(report, args.format, args.check_output, env, **report_view(args))

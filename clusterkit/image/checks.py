@@ -21,7 +21,6 @@ from clusterkit.image.render import LABEL_PREFIX, SPEC_HASH_LABEL
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.versions import DriverRequirement
 
-STAGE = "image"
 MIN_SHM_BYTES = 1 << 30  # NCCL's shared-memory transport fails on docker's 64 MiB default
 _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
 # What the image's labels pin and the container must report the same
@@ -29,7 +28,7 @@ VERSION_LABELS: tuple[Literal["torch", "cuda", "nccl"], ...] = ("torch", "cuda",
 
 
 def _finding(id_: str, status: Status, message: str, **extra: Any) -> Finding:
-    return Finding(id=f"image.{id_}", status=status, message=message, stage=STAGE, **extra)
+    return Finding(id=f"image.{id_}", status=status, message=message, **extra)
 
 
 def _short(digest: str | None) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TypedDict, cast
 
-from clusterkit.facts import shape_problem
+from clusterkit.shape import shape_problem
 
 
 class MalformedPresence(ValueError):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.facts import collected
-from clusterkit.image.checks import STAGE, image_findings, rdma_findings
+from clusterkit.image.checks import image_findings, rdma_findings
 from clusterkit.image.presence import ImagePresence, MalformedPresence, parse_presence, unchecked
 from clusterkit.inventory.model import Inventory
 from clusterkit.stages.base import StageResult
@@ -51,7 +51,7 @@ def run_image_stage(session: Session, deadline: Deadline) -> StageResult:
     facts = image_facts(session, deadline, drivers)
     findings = image_findings(facts, settings, drivers)
     if not findings:
-        findings = [Finding("image.stage", Status.ERROR, "no image facts", stage=STAGE)]
+        findings = [Finding("image.stage", Status.ERROR, "no image facts")]
     return StageResult(findings + rdma_findings(facts, session.facts), facts)
 
 

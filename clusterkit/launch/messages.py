@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypedDict, TypeVar, cast
 
-from clusterkit.facts import shape_problem
+from clusterkit.shape import shape_problem
 
 LARGEST_ID = 2**31  # ranks and pids are below it: they name files and processes
 # A dump names the ranks of one node: more entries than any node runs are not read (a

@@ -16,8 +16,8 @@ import ipaddress
 from collections.abc import Callable
 from typing import Literal, TypedDict, TypeVar, cast
 
-from clusterkit.facts import shape_problem
 from clusterkit.net.firewall.model import RuleDump
+from clusterkit.shape import shape_problem
 
 Role = Literal["mesh", "extra", "master_port", "rdzv_port"]
 # "wrong_node": set by the control side when another node's listener answered

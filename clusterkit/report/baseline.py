@@ -23,11 +23,12 @@ from clusterkit.checks.baseline import (
 )
 from clusterkit.checks.model import Finding
 from clusterkit.errors import UsageError
-from clusterkit.facts import PROBE_VERSION, HostFacts, shape_problem
+from clusterkit.facts import PROBE_VERSION, HostFacts
 from clusterkit.inventory.model import Expectations
 from clusterkit.report.escape import printable
 from clusterkit.report.model import Report
 from clusterkit.safefiles import why, write_file
+from clusterkit.shape import shape_problem
 
 MAX_BYTES = 16 * 2**20  # a baseline of thousands of nodes is a few MB
 

@@ -7,7 +7,8 @@ from collections import Counter
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.report.escape import printable
-from clusterkit.report.model import STAGE_ORDER, Report
+from clusterkit.report.model import Report
+from clusterkit.stagenames import stage_rank
 
 
 def _detail(finding: Finding) -> str:
@@ -26,7 +27,7 @@ def _detail(finding: Finding) -> str:
 
 def render_junit(report: Report) -> str:
     root = ET.Element("testsuites", name="clusterkit", time=f"{report.seconds:.3f}")
-    stages = sorted({f.stage for f in report.findings}, key=_stage_key)
+    stages = sorted({f.stage for f in report.findings}, key=lambda s: (stage_rank(s), s))
     for stage in stages:
         findings = [f for f in report.findings if f.stage == stage]
         suite = ET.SubElement(root, "testsuite", name=f"clusterkit.{stage}")
@@ -76,7 +77,3 @@ def case_names(findings: list[Finding]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         unique.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
     return [printable(name) for name in unique]
-
-
-def _stage_key(stage: str) -> int:
-    return STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)

@@ -11,7 +11,6 @@ from clusterkit.facts import PROBE_VERSION, HostEntry
 from clusterkit.status import ExitStatus
 
 SCHEMA_VERSION = 1
-STAGE_ORDER = ("connect", "probe", "static", "storage", "network", "image", "bench")
 
 
 @dataclass

@@ -10,7 +10,8 @@ from clusterkit.checks.parity import nccl_version, torch_cuda
 from clusterkit.facts import HostFacts, collected
 from clusterkit.report.escape import printable
 from clusterkit.report.fold import Line, fold_host_rows, fold_lines, stage_counts
-from clusterkit.report.model import STAGE_ORDER, Report
+from clusterkit.report.model import Report
+from clusterkit.stagenames import stage_rank
 from clusterkit.words import counted
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def _by_stage(report: Report) -> list[tuple[str, list[Finding]]]:
     """Every stage in run order with its findings (none for a stage skipped without any)."""
     stages = sorted(
         {f.stage for f in report.findings} | set(report.stages),
-        key=lambda s: STAGE_ORDER.index(s) if s in STAGE_ORDER else len(STAGE_ORDER),
+        key=lambda s: (stage_rank(s), s),
     )
     return [(s, [f for f in report.findings if f.stage == s]) for s in stages]
 

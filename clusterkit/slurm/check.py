@@ -11,13 +11,14 @@ from clusterkit.safefiles import why, write_file
 from clusterkit.slurm.allocation import open_srun_session
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmTarget
+from clusterkit.stagenames import StageName
 from clusterkit.stages.base import Stage
 from clusterkit.transport.base import Transport
 from clusterkit.transport.srun import STEP_SECONDS, SrunSession, SrunTransport
 
 # Every stage but these acts on the nodes (probe, storage, network, image, bench, and any
 # stage added later): each runs in one job step over all nodes.
-NO_STEP_STAGES = ("connect", "static")
+NO_STEP_STAGES: tuple[StageName, ...] = ("connect", "static")
 STEP_MARGIN = 30.0  # a phase's step outlives the stage's own bound by this much
 
 

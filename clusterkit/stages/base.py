@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.checks.model import Finding
+from clusterkit.stagenames import STAGE_ORDER, StageName
 from clusterkit.stages.session import Session
 
 
@@ -37,8 +38,16 @@ class Stage(ABC):
     else the session's forks.
     """
 
-    name: str = ""
+    name: StageName  # declared in clusterkit/stagenames.py, which orders the report
     together: bool = False  # every node must act at once; never limited by --forks
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A stage whose name is not declared would be left out of the report's order and
+        of --skip: refuse it when its class is defined, not when a report looks odd."""
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name is not None and name not in STAGE_ORDER:
+            raise TypeError(f"{cls.__name__}.name {name!r} is not in clusterkit/stagenames.py")
 
     def skip_reason(self, session: Session) -> str | None:
         """Why the stage cannot or must not run now, or None."""

@@ -10,6 +10,7 @@ from clusterkit.checks.model import Finding
 from clusterkit.errors import TransportError
 from clusterkit.facts import HostEntry, HostFacts
 from clusterkit.inventory.model import Inventory
+from clusterkit.stagenames import StageName
 from clusterkit.transport.base import Deadline, Transport
 
 
@@ -35,7 +36,7 @@ class SessionOptions:
     the user turned off."""
 
     forks: int | None = None  # hosts acted on at once; None: all of them (docs/scale.md)
-    skip: frozenset[str] = frozenset()
+    skip: frozenset[StageName] = frozenset()  # --skip: among stagenames.SKIPPABLE
     # `check` of this machine alone (no inventory, no --python): a missing torch says what
     # the machine can run (a warning), not that a job's nodes are broken.
     machine_only: bool = False

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.storage.results import Answer
 
-STAGE = "probe"
 LOW_FREE_BYTES = 10 * 1024**3  # a checkpoint of a large model needs far more than this
 
 
@@ -25,7 +24,7 @@ def shared_findings(
     if not_written:
         return [_not_written(master, not_written)]
     unshared, low, failed = _read_problems(paths, token, reads)
-    findings = [
+    return [
         over_hosts(
             "storage.shared",
             {**unshared, **failed},
@@ -47,9 +46,6 @@ def shared_findings(
             remedy="free space or grow the filesystem before the job writes checkpoints",
         ),
     ]
-    for finding in findings:
-        finding.stage = STAGE
-    return findings
 
 
 def _not_written(master: str, not_written: dict[str, str]) -> Finding:
@@ -65,7 +61,6 @@ def _not_written(master: str, not_written: dict[str, str]) -> Finding:
         found=not_written,
         remedy="create the folders and make them writable by the job's user on the "
         "master (they must be the same shared filesystem on every node)",
-        stage=STAGE,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, TypedDict, cast
 
-from clusterkit.facts import shape_problem
+from clusterkit.shape import shape_problem
 
 
 class MalformedAnswer(ValueError):

@@ -11,7 +11,7 @@ from clusterkit.checks.model import Finding, Status
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
 from clusterkit.stages.base import StageResult
-from clusterkit.storage.checks import STAGE, shared_findings
+from clusterkit.storage.checks import shared_findings
 from clusterkit.storage.results import Action, Answer, MalformedAnswer, Request, parse_answer
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.nodescript import (
@@ -57,7 +57,7 @@ def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
     master = _master(inventory)
     if master not in transports:
         why = f"not checked: the master {master} could not be reached"
-        return StageResult([Finding("storage.shared", Status.SKIP, why, stage=STAGE)])
+        return StageResult([Finding("storage.shared", Status.SKIP, why)])
     token = secrets.token_hex(12)
 
     def on(name: str, action: Action) -> Answer:
@@ -69,9 +69,7 @@ def run_storage_stage(session: Session, deadline: Deadline) -> StageResult:
         written = on(master, "write")
     except TransportError as error:
         failure = f"{master}: could not write the token: {error.detail}"
-        return StageResult(
-            [Finding("storage.shared", Status.ERROR, failure, [master], stage=STAGE)]
-        )
+        return StageResult([Finding("storage.shared", Status.ERROR, failure, [master])])
     names = list(transports)
     reads: dict[str, Answer | str] = {}  # a node's answer, or why its read failed
     try:

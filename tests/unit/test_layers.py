@@ -31,10 +31,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "clusterkit.environment",  # the run's streams, variables and folder, handed down by main
         "clusterkit.report.escape",  # every layer prints node text safely
         "clusterkit.hostlist",  # Slurm's node-name grammar, which the srun transport needs
+        "clusterkit.stagenames",  # the stages' names: the report orders by them, --skip offers them
     )),
     # The Inventory model and its readers, the transports, and how node programs travel.
     # The probe's facts as types, and the checker every node message passes on arrival.
-    ("wire", ("clusterkit.inventory.*", "clusterkit.transport.*", "clusterkit.facts")),
+    ("wire", (
+        "clusterkit.inventory.*", "clusterkit.transport.*", "clusterkit.facts", "clusterkit.shape",
+    )),
     # Pure functions over facts, and the Finding (with its Fix) that everything speaks.
     ("checks", ("clusterkit.checks.*",)),
     # What a stage is and what the stages of one command share.

@@ -13,7 +13,8 @@ from pathlib import Path
 from clusterkit.checks.model import Finding, Status
 from clusterkit.cli import parse
 from clusterkit.facts import HostEntry
-from clusterkit.report.html import CSP, gpu_state, render_html
+from clusterkit.report.gpu_map import gpu_state
+from clusterkit.report.html import CSP, render_html
 from clusterkit.report.model import Report
 from tests.support.browser import read_png
 from tests.support.cli import run_cli

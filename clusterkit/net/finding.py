@@ -1,0 +1,23 @@
+"""The network checks' shared Finding constructor and message bounds (pure).
+
+Apart so that every module of the network checks stamps its findings the same way and bounds
+its lists of paths by one number, without importing one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clusterkit.checks.model import Finding, Status
+
+STAGE = "network"
+MESSAGE_PAIRS = 6
+
+
+def finding(check_id: str, status: Status, message: str, **fields: Any) -> Finding:
+    return Finding(check_id, status, message, stage=STAGE, **fields)
+
+
+def more(items: Sequence[object], template: str) -> str:
+    return template.format(len(items) - MESSAGE_PAIRS) if len(items) > MESSAGE_PAIRS else ""
