@@ -187,6 +187,10 @@ def _stop_tools_and_exit(signum, frame):
     # would wait out the lock the first one holds, so later signals are ignored from here.
     for other in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(other, signal.SIG_IGN)
+    # The tools already running first, before anything that can wait: the control side's
+    # KILL follows its TERM within 2 s, and a tool in a group of its own would outlive us.
+    for pid in tuple(_tools):
+        kill_group(pid)
     # Runs in the main thread, which never holds the lock; a worker holds it only to spawn.
     _tools_lock.acquire(timeout=2)
     _stopping = True
