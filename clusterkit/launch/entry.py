@@ -16,9 +16,11 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 from clusterkit.errors import TransportError
 from clusterkit.report.escape import printable
+from clusterkit.shape import shape_problem
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.nodescript import node_script, run_node_script
 from clusterkit.transport.pool import parallel
@@ -72,20 +74,37 @@ def entry_script(job: Sequence[str]) -> tuple[str | None, str]:
     return script, ""
 
 
+class _EntryPath(TypedDict):
+    path: str
+
+
+class EntryAnswer(_EntryPath, total=False):
+    """What clusterkit/node/entry.py sends: the path, then the digest, `missing` or `error`."""
+
+    sha256: str
+    size: int
+    missing: bool
+    error: str
+
+
 def parse_answer(raw: Mapping[str, object]) -> Answer:
-    """A node's answer, checked: ValueError for any other shape."""
-    path, sha256, size = raw.get("path"), raw.get("sha256"), raw.get("size")
-    if not isinstance(path, str):
-        raise ValueError("no path in the answer")
-    if raw.get("missing") is True:
-        return Answer(path[:PATH_LIMIT], missing=True)
-    if isinstance(raw.get("error"), str):
-        return Answer(path[:PATH_LIMIT], error=str(raw["error"])[:SHOWN])
-    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+    """A node's answer, checked with the checker of every node message, then for what a type
+    cannot say: ValueError for any other answer."""
+    problem = shape_problem(raw, EntryAnswer, "answer")
+    if problem is not None:
+        raise ValueError(problem)
+    answer = cast(EntryAnswer, raw)
+    path = answer["path"][:PATH_LIMIT]
+    if answer.get("missing") is True:
+        return Answer(path, missing=True)
+    if "error" in answer:
+        return Answer(path, error=answer["error"][:SHOWN])
+    sha256, size = answer.get("sha256", ""), answer.get("size", -1)
+    if not _SHA256.fullmatch(sha256):
         raise ValueError("the answer's sha256 is not 64 hex digits")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    if size < 0:
         raise ValueError("the answer's size is not a count of bytes")
-    return Answer(path[:PATH_LIMIT], sha256, size)
+    return Answer(path, sha256, size)
 
 
 def ask_nodes(

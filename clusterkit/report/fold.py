@@ -7,7 +7,7 @@ once. Pure functions over findings; JSON, JUnit and the metrics keep every findi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterkit.checks.model import Finding, Status, per_host
@@ -188,21 +188,13 @@ def fold_gpus(evidence: str) -> str:
     `GPU 0 (...): slowed, GPU 88 C; GPU 1 (...): slowed, GPU 87 C` -> `GPUs 0-1: slowed,
     GPU 87-88 C`. A GPU alone keeps its bus id and serial; text in any other shape is
     returned as it is."""
-    parts = _GPU_SPLIT.split(evidence)
-    matches = [_GPU_PART.fullmatch(part) for part in parts]
-    if len(parts) < 2 or not all(matches):
-        return evidence
-    groups: dict[str, list[tuple[str, str, str]]] = {}
-    for part, match in zip(parts, matches):
-        assert match is not None
-        index, text = match.groups()
-        groups.setdefault(_NUMBER.sub("#", text), []).append((part, index, text))
-    if len(groups) == len(parts):
-        return evidence
-    return "; ".join(_gpu_group(members) for members in groups.values())
+    return _fold_parts(
+        evidence, _GPU_SPLIT, _GPU_PART, lambda parts: _NUMBER.sub("#", parts[1]), _gpu_group
+    )
 
 
-def _gpu_group(members: list[tuple[str, str, str]]) -> str:
+def _gpu_group(members: list[tuple[str, ...]]) -> str:
+    """`(part, index, text)` of GPUs that say the same: `GPUs 0-1: slowed, GPU 87-88 C`."""
     if len(members) == 1:
         return members[0][0]
     return f"{_gpus([i for _, i, _ in members])}: {_ranged([t for _, _, t in members])}"
@@ -224,29 +216,43 @@ _REMEDY_PART = re.compile(r"(\S+) GPU (\d+)(?: \([^()]*\))?: (.*)", re.DOTALL)
 def fold_gpu_remedy(remedy: str) -> str:
     """`node2 GPU 0 (...): act; node2 GPU 1 (...): act` -> `node2 GPUs 0-1: act`: the same
     action on several GPUs once. Any other remedy is returned as it is."""
-    parts = _REMEDY_SPLIT.split(remedy)
-    matches = [_REMEDY_PART.fullmatch(part) for part in parts]
-    if len(parts) < 2 or not all(matches):
-        return remedy
-    actions: dict[str, list[tuple[str, str, str]]] = {}
-    for part, match in zip(parts, matches):
-        assert match is not None
-        host, index, action = match.groups()
-        actions.setdefault(action, []).append((part, host, index))
-    if len(actions) == len(parts):
-        return remedy
-    return "; ".join(_remedy_group(action, members) for action, members in actions.items())
+    return _fold_parts(remedy, _REMEDY_SPLIT, _REMEDY_PART, lambda parts: parts[2], _remedy_group)
 
 
-def _remedy_group(action: str, members: list[tuple[str, str, str]]) -> str:
+def _remedy_group(members: list[tuple[str, ...]]) -> str:
+    """`(part, host, index, action)` of one action: `node2 GPUs 0-1, node3 GPU 2: act`."""
     if len(members) == 1:
         return members[0][0]
     by_host: dict[str, list[str]] = {}
-    for _, host, index in members:
+    for _, host, index, _ in members:
         by_host.setdefault(host, []).append(index)
-    return (
-        ", ".join(f"{host} {_gpus(indices)}" for host, indices in by_host.items()) + f": {action}"
+    action = members[0][3]
+    return ", ".join(f"{host} {_gpus(indices)}" for host, indices in by_host.items()) + (
+        f": {action}"
     )
+
+
+def _fold_parts(
+    text: str,
+    split: re.Pattern[str],
+    part: re.Pattern[str],
+    key: Callable[[tuple[str, ...]], str],
+    joined: Callable[[list[tuple[str, ...]]], str],
+) -> str:
+    """`text` cut by `split` into parts that each fully match `part`, the parts with the
+    same `key` (of their groups) written once by `joined` (given `(part, *groups)` each),
+    in order. Text of any other shape, or with nothing to fold, is returned as it is."""
+    parts = split.split(text)
+    matches = [part.fullmatch(p) for p in parts]
+    if len(parts) < 2 or None in matches:
+        return text
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for whole, match in zip(parts, matches):
+        assert match is not None
+        groups.setdefault(key(match.groups()), []).append((whole, *match.groups()))
+    if len(groups) == len(parts):
+        return text
+    return "; ".join(joined(members) for members in groups.values())
 
 
 def _gpus(indices: list[str]) -> str:

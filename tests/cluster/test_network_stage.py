@@ -276,11 +276,7 @@ def test_one_node_rejecting_high_ports_from_one_peer_shows_that_pair_only(
     cluster: NetCluster, tmp_path: Path
 ) -> None:
     node2, node4 = cluster["node2"], cluster["node4"]
-    node4.iptables("-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
-                   "-j", "ACCEPT")  # fmt: skip
-    node4.iptables(
-        "-A", "INPUT", "-s", node2.address, "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"
-    )
+    node4.reject_high_ports_from(node2)
     ssh = subprocess.run(node2.ssh_argv("true"), capture_output=True, timeout=20, check=False)
     assert ssh.returncode == 0  # SSH to the node stays open: only high ports are blocked
     by_id, raw = run_stage(cluster, tmp_path)

@@ -19,11 +19,7 @@ def test_a_real_check_draws_the_blocked_pair_and_its_rule(
     cluster: NetCluster, cluster_inventory: Path, tmp_path: Path
 ) -> None:
     node2, node4 = cluster["node2"], cluster["node4"]
-    node4.iptables("-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
-                   "-j", "ACCEPT")  # fmt: skip
-    node4.iptables(
-        "-A", "INPUT", "-s", node2.address, "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"
-    )
+    node4.reject_high_ports_from(node2)
     out = tmp_path / "report.html"
     argv = ["check", str(cluster_inventory), "--skip", "bench,image", "--format", "html"]
     done = run_cli([*argv, "-o", str(out)], timeout=240)

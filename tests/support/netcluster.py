@@ -375,6 +375,15 @@ class Node:
         """`iptables ARGS` in this node's own firewall (e.g. to drop a port)."""
         return self.exec(["iptables", "-w", *args], check=True)
 
+    def reject_high_ports_from(self, peer: Node) -> None:
+        """REJECT `peer`'s new TCP connections to this node's ports 1024-65535 (where the
+        rendezvous and the mesh listen), while SSH and replies to this node stay open."""
+        self.iptables("-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                      "-j", "ACCEPT")  # fmt: skip
+        self.iptables(
+            "-A", "INPUT", "-s", peer.address, "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"
+        )
+
     def ssh_argv(self, *command: str, connect_timeout: float = 5) -> list[str]:
         """The OpenSSH client command line that logs into this node with strict host keys."""
         return [

@@ -268,17 +268,17 @@ def test_a_watch_fault_is_a_node_fault_on_the_nodes_own_evidence() -> None:
     assert "Xid 79" in fault.reason
 
 
-def test_the_runner_composed_for_a_node_runs_the_watch_without_clusterkit(
-    tmp_path: Path, node: Node
-) -> None:
-    """The shipped text (the prelude and the kernel-log library inserted) imports and
-    watches with no clusterkit on the path, as on a node."""
+def shipped_watch_sample(tmp_path: Path, fault: str) -> list[dict[str, Any]]:
+    """The events of one sample of the watch in the runner's shipped text, run with no
+    clusterkit on the path as on a node, after `fault` (a line of Python) between its start
+    and the sample."""
     folder = write_composed("launch", tmp_path / "shipped").parent
     script = (
         "import json, launch\n"
         "w = launch.HardwareWatch(set())\n"
         "w.start()\n"
-        f"open({str(node.log)!r}, 'a').write({iso(XID_79, 5)!r})\n"
+        f"{fault}\n"
+        "w.smi_at = -1e9\n"  # nvidia-smi due now, not in its 20 s
         "print(json.dumps(w.sample()))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(folder)}
@@ -286,7 +286,18 @@ def test_the_runner_composed_for_a_node_runs_the_watch_without_clusterkit(
         [sys.executable, "-S", "-c", script], env=env, capture_output=True, text=True,
         timeout=60, check=True,
     ).stdout  # fmt: skip
-    events = json.loads(out)
+    events: list[dict[str, Any]] = json.loads(out)
+    return events
+
+
+def test_the_runner_composed_for_a_node_runs_the_watch_without_clusterkit(
+    tmp_path: Path, node: Node
+) -> None:
+    """The shipped text (the prelude and the kernel-log library inserted) imports and
+    watches with no clusterkit on the path, as on a node."""
+    events = shipped_watch_sample(
+        tmp_path, f"open({str(node.log)!r}, 'a').write({iso(XID_79, 5)!r})"
+    )
     assert [(e["kind"], e["code"]) for e in events] == [("xid", 79)]
     assert parse_control({"event": "hardware", "events": events}) == (  # strictly, as sent
         {"event": "hardware", "events": events},

@@ -6,10 +6,6 @@ that folder's README.md), as recorded and with one of its links turned `<inactiv
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +15,7 @@ from clusterkit.launch.messages import parse_control
 from clusterkit.launch.watch import grade, own_events
 from clusterkit.node.launch import HardwareWatch
 from clusterkit.node.nvlink import links_up, parse_nvlink_status
-from tests.support.nodescripts import write_composed
-from tests.unit.test_hardware_watch import Node, event
+from tests.unit.test_hardware_watch import Node, event, shipped_watch_sample
 
 SMI = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 RECORDED = (SMI / "nvlink-status-h100-pcie-x2.txt").read_text()
@@ -117,22 +112,8 @@ def test_the_runner_composed_for_a_node_watches_nvlink_without_clusterkit(
     tmp_path: Path, nvnode: NvlinkNode
 ) -> None:
     """The shipped text carries the NVLink library beside the kernel-log one."""
-    folder = write_composed("launch", tmp_path / "shipped").parent
     down = link_down(RECORDED, 0, 3)
-    script = (
-        "import json, launch\n"
-        "w = launch.HardwareWatch(set())\n"
-        "w.start()\n"
-        f"open({str(nvnode.status)!r}, 'w').write({down!r})\n"
-        "w.smi_at = -1e9\n"
-        "print(json.dumps(w.sample()))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", script], env=env, capture_output=True, text=True,
-        timeout=60, check=True,
-    ).stdout  # fmt: skip
-    events = json.loads(out)
+    events = shipped_watch_sample(tmp_path, f"open({str(nvnode.status)!r}, 'w').write({down!r})")
     assert [(e["kind"], e["device"], e["code"]) for e in events] == [
         ("nvlink-down", "0000:18:00", 3)
     ]
