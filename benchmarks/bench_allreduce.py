@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clusterkit.bench.launcher import BenchOptions, launch_bench
-from clusterkit.inventory.loader import load_inventory
-from clusterkit.node.bench_worker import parse_size, size_sweep
+from clusterkit.node.bench_common import parse_size, size_sweep
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterkit.inventory import load_inventory
+from clusterkit.settings.loader import load_inventory
 
 TARGET_10K_S = 1.0
 SIZES = (1_000, 10_000, 100_000)

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import CpuShares, busy_cpu_seconds
 from clusterkit.checks.model import Status
-from clusterkit.inventory.loader import load_inventory
-from clusterkit.net.stage import run_network_stage
-from clusterkit.stages.session import Session
+from clusterkit.contract.session import Session
+from clusterkit.net.steps import run_network_stage
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.machine import CpuShares, busy_cpu_seconds
 from clusterkit.bench.findslow import find_slow_nodes
 from clusterkit.bench.launcher import BenchOptions
-from clusterkit.inventory.loader import load_inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions

@@ -51,7 +51,7 @@ def _stop_signals_like_ctrl_c() -> Iterator[None]:
 
 def _print_error(message: str, stderr: TextIO | None) -> None:
     """One line on stderr (a stderr that is gone too is not worth a traceback)."""
-    from clusterkit.report.escape import printable
+    from clusterkit.escape import printable
 
     # One line, whatever a node or a file put in the message.
     message = printable(message.removeprefix("clusterkit: ").removeprefix("error: "))

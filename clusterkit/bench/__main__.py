@@ -12,11 +12,12 @@ import json
 import os
 import sys
 
-from clusterkit.bench import gate
+from clusterkit.bench import gate, thresholds
 from clusterkit.bench.nccltests import format_table
 from clusterkit.bench.results import BenchResult, MalformedResult, parse_result
 from clusterkit.facts import GpuDevice, HostFacts
 from clusterkit.node import bench_worker as worker
+from clusterkit.node.bench_common import EXIT_FAILED, LOG_PREFIX, BenchError, parse_size
 from clusterkit.safefiles import write_file
 
 
@@ -35,22 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw = worker.run(rest)
         result = parse_result(raw) if raw is not None else None
-    except worker.BenchError as error:
-        print(f"{worker.LOG_PREFIX} error {error.kind}: {error}", file=sys.stderr)
+    except BenchError as error:
+        print(f"{LOG_PREFIX} error {error.kind}: {error}", file=sys.stderr)
         return error.exit_code
     except MalformedResult as error:  # the worker and bench/results.py disagree
-        print(f"{worker.LOG_PREFIX} error malformed: {error}", file=sys.stderr)
-        return worker.EXIT_FAILED
+        print(f"{LOG_PREFIX} error malformed: {error}", file=sys.stderr)
+        return EXIT_FAILED
     if result is None:
         return 0
-    threshold = gate.resolve_threshold(
+    threshold = thresholds.resolve_threshold(
         flag=ours.min_busbw,
         environ=os.environ,
         inventory_min_busbw=None,
-        fabric=gate.detect_fabric(_local_facts(result)),
+        fabric=thresholds.detect_fabric(_local_facts(result)),
         backend=result["backend"],
     )
-    gate_size = worker.parse_size(ours.gate_size) if ours.gate_size else None
+    gate_size = parse_size(ours.gate_size) if ours.gate_size else None
     verdict = gate.evaluate(result, threshold, gate_size)
     result["gate"] = verdict.to_dict()
     sys.stdout.write(format_table(result))

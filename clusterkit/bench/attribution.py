@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from clusterkit import framing
-from clusterkit.bench import gate
+from clusterkit.bench import gate, nccllog, thresholds
 from clusterkit.bench.options import BenchOptions
 from clusterkit.bench.results import (
     BenchResult,
@@ -178,23 +178,23 @@ def judge(
         return findings, None
     if result is None:
         return findings, None
-    threshold = gate.resolve_threshold(
+    threshold = thresholds.resolve_threshold(
         flag=options.min_busbw,
         environ=options.environ,
         inventory_min_busbw=inventory.settings.bench.min_busbw,
-        fabric=gate.detect_fabric(options.facts) if options.facts else None,
+        fabric=thresholds.detect_fabric(options.facts) if options.facts else None,
         backend=result["backend"],
     )
     findings += collective_findings(result, threshold, options.gate_size, hosts)
     findings.append(gate.correctness_finding(result, hosts))
     optional = [gate.slow_rank_finding(result, options.gate_size)]
-    logs = {run.host: gate.parse_nccl_log(split_nccl_logs(run.stderr)[1]) for run in runs}
-    optional.append(gate.socket_transport_finding(logs, options.facts))
+    logs = {run.host: nccllog.parse_nccl_log(split_nccl_logs(run.stderr)[1]) for run in runs}
+    optional.append(nccllog.socket_transport_finding(logs, options.facts))
     environments = {host: _variables(facts) for host, facts in options.facts.items()}
     environments["(control machine)"] = {
-        k: v for k, v in options.environ.items() if k in gate.DEBUG_ONLY_NCCL_VARS
+        k: v for k, v in options.environ.items() if k in nccllog.DEBUG_ONLY_NCCL_VARS
     }
-    optional.append(gate.debug_vars_finding(environments))
+    optional.append(nccllog.debug_vars_finding(environments))
     findings += [finding for finding in optional if finding is not None]
     return findings, result
 
@@ -207,7 +207,7 @@ def _variables(facts: HostFacts) -> dict[str, str]:
 
 
 def collective_findings(
-    result: BenchResult, threshold: gate.Threshold, gate_size: int | None, hosts: list[str]
+    result: BenchResult, threshold: thresholds.Threshold, gate_size: int | None, hosts: list[str]
 ) -> list[Finding]:
     """One busbw finding per collective measured, each against its own threshold (its
     verdict lands in that collective's result as "gate")."""
@@ -217,7 +217,9 @@ def collective_findings(
         if one.get("unsupported") or not one["results"]:
             findings.append(gate.unsupported_finding(one, hosts))
             continue
-        verdict = gate.evaluate(one, gate.collective_threshold(threshold, collective), gate_size)
+        verdict = gate.evaluate(
+            one, thresholds.collective_threshold(threshold, collective), gate_size
+        )
         one["gate"] = verdict.to_dict()
         findings.append(gate.busbw_finding(verdict, hosts, collective))
     return findings

@@ -32,14 +32,15 @@ from clusterkit.bench.options import BenchOptions
 from clusterkit.bench.results import wrong_elements
 from clusterkit.bench.slowrule import GroupRun, SlowVerdict, judge_groups
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.registry import CheckId
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Host, Inventory
-from clusterkit.node.bench_worker import parse_size
+from clusterkit.node.bench_common import parse_size
 from clusterkit.rundir import EACH_OWN_FOLDER
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.pool import parallel
 
-CHECK = "bench.slow-node"
+CHECK: CheckId = "bench.slow-node"
 READY_SHARE = 0.6  # of a round's time: how long groups wait for each other before timing
 GO_S = 10.0  # to write the go files once told
 # Runs on a group's first node for the round: says `ready` once the worker's ready file is
@@ -90,7 +91,7 @@ def global_deadline(deadline: Deadline, options: BenchOptions) -> Deadline:
 
 
 def not_run(
-    reason: str, hosts: list[str] | None = None, *, check: str = CHECK, what: str = "find-slow"
+    reason: str, hosts: list[str] | None = None, *, check: CheckId = CHECK, what: str = "find-slow"
 ) -> FindSlowOutcome:
     """The outcome of a round-based run (find-slow, per-node) that could not start."""
     finding = Finding(check, Status.SKIP, f"not run: {reason}", hosts=hosts or [])

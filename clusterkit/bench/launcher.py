@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from importlib import resources
 
 from clusterkit.bench.attribution import NodeRun, judge, split_nccl_logs
 from clusterkit.bench.nccltests import format_tables
@@ -31,6 +30,7 @@ from clusterkit.facts import collected
 from clusterkit.inventory.model import Host, Inventory
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR, folder_name, shell_line
 from clusterkit.transport.base import Deadline, Transport
+from clusterkit.transport.nodescript import node_script
 
 RUN_USER = "{clusterkit_run_user}"  # the node script's uid:gid, for `docker run --user`
 KILL_GRACE_S = 6.0  # kill this long before the deadline so output can still come back
@@ -112,8 +112,9 @@ class BenchOutcome:
 
 
 def worker_source() -> bytes:
-    """The worker file, shipped over stdin to nodes that may lack clusterkit."""
-    return resources.files("clusterkit.node").joinpath("bench_worker.py").read_bytes()
+    """The worker, composed with its node libraries into one file, shipped over stdin to
+    nodes that may lack clusterkit."""
+    return node_script("bench_worker").encode()
 
 
 def ranks_per_node(inventory: Inventory, options: BenchOptions, hosts: list[Host]) -> int:

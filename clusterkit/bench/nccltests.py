@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.bench.results import BenchResult, CollectiveResult
-from clusterkit.node import bench_worker
+from clusterkit.node import bench_table
 from clusterkit.safefiles import write_file
 
 __all__ = ["TableError", "format_table", "format_tables", "parse_json", "parse_table", "write_json"]
@@ -21,12 +21,12 @@ __all__ = ["TableError", "format_table", "format_tables", "parse_json", "parse_t
 
 def format_table(result: CollectiveResult) -> str:
     """The nccl-tests report of one collective's result, as the worker prints it."""
-    return bench_worker.format_table(dict(result))
+    return bench_table.format_table(dict(result))
 
 
 def format_tables(result: BenchResult) -> str:
     """One nccl-tests report per collective measured, as the worker prints them."""
-    return bench_worker.format_tables(dict(result))
+    return bench_table.format_tables(dict(result))
 
 
 _PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output

@@ -13,7 +13,7 @@ from typing import Any
 
 from clusterkit.facts import FactsByHost
 from clusterkit.inventory.model import BenchSettings
-from clusterkit.node.bench_worker import parse_size
+from clusterkit.node.bench_common import parse_size
 
 
 @dataclass(frozen=True)

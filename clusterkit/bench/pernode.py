@@ -19,17 +19,18 @@ from typing import Any
 
 from clusterkit.bench import findslow
 from clusterkit.bench.findslow import MIN_ROUND_S, FindSlowOutcome, one_size, round_world, run_round
-from clusterkit.bench.gate import Threshold, detect_fabric, fabric_default
 from clusterkit.bench.launcher import World
 from clusterkit.bench.options import BenchOptions
+from clusterkit.bench.thresholds import Threshold, detect_fabric, fabric_default
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import torch_cuda
+from clusterkit.checks.registry import CheckId
 from clusterkit.facts import HostFacts
 from clusterkit.inventory.model import Inventory
-from clusterkit.node.bench_worker import parse_size
+from clusterkit.node.bench_common import parse_size
 from clusterkit.transport.base import Deadline, Transport
 
-CHECK = "bench.node-busbw"
+CHECK: CheckId = "bench.node-busbw"
 NO_THRESHOLD = Threshold(None, "none", "no intra-node reference")
 REMEDY = (
     "look at the node's GPUs: NVLink state and errors (`nvidia-smi nvlink -s -e`), PCIe "

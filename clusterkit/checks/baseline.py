@@ -14,14 +14,15 @@ from typing import Any, TypedDict, cast
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import gpu_firmware, nccl_version, torch_cuda
+from clusterkit.checks.registry import CheckId
+from clusterkit.escape import printable
 from clusterkit.facts import FactsByHost, HostFacts, collected
 from clusterkit.inventory.model import Expectations
-from clusterkit.report.escape import printable
 from clusterkit.versions import Constraint
 from clusterkit.words import counted
 
 BASELINE_VERSION = 1  # raised when a key is renamed, retyped or removed
-CHECK = "baseline.drift"
+CHECK: CheckId = "baseline.drift"
 BANDWIDTH_DROP = 0.10  # bus bandwidth this much below the baseline's warns: bench noise is less
 VALUE_MAX = 64  # characters of a node's value shown in a message
 

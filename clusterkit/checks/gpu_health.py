@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from clusterkit.checks.model import Finding, HostProblem, Status, graded
 from clusterkit.checks.parity import Facts
+from clusterkit.checks.registry import CheckId
 from clusterkit.facts import GpuDevice, HostFacts, collected
 from clusterkit.hostlist import fold_numbers
 
@@ -192,7 +193,7 @@ def retired_page_problems(gpu: GpuDevice) -> list[Problem]:
 
 
 def _graded(
-    check_id: str,
+    check_id: CheckId,
     facts: Facts,
     problems_of: Callable[[GpuDevice], list[Problem]],
     *,

@@ -6,6 +6,7 @@ import math
 
 from clusterkit.checks.model import Finding, Status, over_hosts
 from clusterkit.checks.parity import Facts, parity_finding
+from clusterkit.checks.registry import CheckId
 from clusterkit.facts import ClockFacts, HostFacts, collected, error_of
 from clusterkit.inventory.model import Expectations
 
@@ -24,7 +25,7 @@ NCCL_DEBUG_ONLY = (
 
 
 def _per_host(
-    check_id: str,
+    check_id: CheckId,
     status: Status,
     bad: dict[str, str],
     what: str,
@@ -142,19 +143,25 @@ def gpu_presence_findings(facts: Facts, expect: Expectations) -> list[Finding]:
     ]
 
 
-def memory_findings(facts: Facts) -> list[Finding]:
+def _memory_total(f: HostFacts) -> int | None:
+    """The node's RAM in bytes; older probes report it in the system section."""
+    memory = collected(f.get("memory")).get("total_bytes")
+    return memory or collected(f.get("system")).get("memory_bytes")
+
+
+def memory_parity_findings(facts: Facts) -> list[Finding]:
     """parity.memory: the same RAM on every node (in whole GiB: firmware reservations differ
-    by a few MiB); host.memory-free: at least a tenth of it available to the job."""
+    by a few MiB)."""
+    totals = {h: round(size / GIB) for h, f in facts.items() if (size := _memory_total(f))}
+    return [parity_finding("parity.memory", "host memory (GiB)", totals)]
 
-    def total(f: HostFacts) -> int | None:  # older probes: the system section's
-        memory = collected(f.get("memory")).get("total_bytes")
-        return memory or collected(f.get("system")).get("memory_bytes")
 
-    totals = {h: round(size / GIB) for h, f in facts.items() if (size := total(f))}
-    parity = parity_finding("parity.memory", "host memory (GiB)", totals)
+def memory_free_findings(facts: Facts) -> list[Finding]:
+    """host.memory-free: at least a tenth of the node's RAM available to the job."""
+    checked = [h for h, f in facts.items() if _memory_total(f)]
     low: dict[str, str] = {}
     for host, f in facts.items():
-        size, available = total(f), collected(f.get("memory")).get("available_bytes")
+        size, available = _memory_total(f), collected(f.get("memory")).get("available_bytes")
         if size and available is not None and available < size * LOW_MEMORY_FRACTION:
             low[host] = f"{available / GIB:.1f} of {size / GIB:.0f} GiB available"
     free = _per_host(
@@ -164,10 +171,10 @@ def memory_findings(facts: Facts) -> list[Finding]:
         "little memory available (another job or a leak holds it; data loaders and pinned "
         "buffers will fail or swap)",
         ok="at least 10% of memory available on every node",
-        checked=list(totals),
+        checked=checked,
         remedy="find what holds the memory (ps aux --sort=-rss | head) or drain the node",
     )
-    return [parity, free]
+    return [free]
 
 
 def _positive(value: object) -> bool:

@@ -10,8 +10,8 @@ import re
 
 from clusterkit.checks.model import Finding, HostProblem, Status, graded
 from clusterkit.checks.parity import Facts
+from clusterkit.escape import printable
 from clusterkit.facts import HostFacts, NvmeDevice, StuckProcess, collected, error_of
-from clusterkit.report.escape import printable
 
 # NVMe SMART/Health log, Critical Warning bits (NVM Express Base Specification, "SMART /
 # Health Information (Log Page Identifier 02h)"), as nvme-cli's -H output names them.

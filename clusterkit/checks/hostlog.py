@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import Facts
+from clusterkit.checks.registry import CheckId
+from clusterkit.escape import printable
 from clusterkit.facts import HostEvent, HostFacts, collected
-from clusterkit.report.escape import printable
 
 # Only these characters of a node's device name reach a drain reason.
 DEVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
@@ -20,7 +21,7 @@ TEXT_LIMIT = 240  # the node's own line in a message, printable and cut
 
 @dataclass(frozen=True)
 class HostCheck:
-    check_id: str
+    check_id: CheckId
     kind: str  # HostEvent kind
     fails: tuple[str, ...]  # HostEvent `what` values that fail; the others warn
     label: str

@@ -9,6 +9,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from clusterkit.checks.registry import CheckId
+from clusterkit.status import ExitStatus
+
 
 class Status(str, Enum):
     OK = "ok"
@@ -51,7 +54,7 @@ class Fix:
 class Finding:
     """One verdict of one check. `id` is stable and documented (docs/checks.md)."""
 
-    id: str
+    id: CheckId
     status: Status
     message: str
     hosts: list[str] = field(default_factory=list)
@@ -81,7 +84,7 @@ def with_command(
 
 
 def over_hosts(
-    check_id: str,
+    check_id: CheckId,
     bad: Mapping[str, Any],
     checked: Sequence[str],
     *,
@@ -124,7 +127,7 @@ HostProblem = tuple[Status, str, str, str]  # status, host, evidence, what a per
 
 
 def graded(
-    check_id: str, checked: list[str], problems: list[HostProblem], *, what: str, ok: str
+    check_id: CheckId, checked: list[str], problems: list[HostProblem], *, what: str, ok: str
 ) -> list[Finding]:
     """One finding per status found (fail and warn hosts apart), else one OK. A host's
     evidence is joined in the order found; the remedy names each action once, host first."""
@@ -151,3 +154,14 @@ def graded(
             )
         )
     return findings
+
+
+def verdict_status(findings: list[Finding], *, strict: bool = False) -> ExitStatus:
+    """fail beats incomplete beats pass: a definite failure is the more useful answer, and
+    "could not check" is never a pass."""
+    statuses = {finding.status for finding in findings}
+    if Status.FAIL in statuses or (strict and Status.WARN in statuses):
+        return ExitStatus.FAILED
+    if Status.ERROR in statuses:
+        return ExitStatus.INCOMPLETE
+    return ExitStatus.PASSED

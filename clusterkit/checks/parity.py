@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts
+from clusterkit.checks.registry import CheckId
 from clusterkit.facts import FactsByHost, HostFacts, collected
 from clusterkit.words import counted
 
@@ -41,7 +42,7 @@ def _gpu_count(f: HostFacts) -> int | None:
 
 
 # (check id, what, extractor, playbook tag that fixes a mismatch or None)
-PARITY: tuple[tuple[str, str, Extractor, str | None], ...] = (
+PARITY: tuple[tuple[CheckId, str, Extractor, str | None], ...] = (
     ("parity.driver", "NVIDIA driver", lambda f: collected(f.get("gpus")).get("driver"), "nvidia"),
     (
         "parity.cuda-driver",
@@ -71,7 +72,7 @@ def sole_majority(values: Mapping[str, Any]) -> tuple[bool, Any]:
 
 
 def parity_finding(
-    check_id: str,
+    check_id: CheckId,
     what: str,
     values: Mapping[str, Any],
     remedy: str | None = None,
@@ -121,7 +122,7 @@ def parity_findings(facts: Facts) -> list[Finding]:
 # Differences warn (a failure under --strict): a job runs across them, but a fleet is flashed
 # to one image, and azurehpc-health-checks' check_vbios_version fails a node whose VBIOS is not
 # the expected one (FaultCode NHC2001).
-FIRMWARE: tuple[tuple[str, str, FirmwareField], ...] = (
+FIRMWARE: tuple[tuple[CheckId, str, FirmwareField], ...] = (
     ("parity.vbios", "GPU VBIOS", "vbios_version"),
     ("parity.inforom", "GPU InfoROM image", "inforom.img"),
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 from clusterkit.checks.model import Finding, Status, per_host
 from clusterkit.checks.parity import Facts
 from clusterkit.checks.xid import BUS_ID, normal_bus_id
+from clusterkit.escape import printable
 from clusterkit.facts import GpuDevice, HostFacts, collected
-from clusterkit.report.escape import printable
 
 
 def _flags(device: GpuDevice) -> list[tuple[str, str]]:

@@ -1,11 +1,133 @@
-"""Every check id a finding can carry, where it is documented
-and what it checks in one line: the ids are a public contract (JSON `id`, JUnit test names,
-Slurm drain reasons). tests/unit/test_check_registry.py holds this list and the docs' tables
-to each other, both ways, and fails any test run that emits an id missing here."""
+"""Every check id a finding can carry, where it is documented and what it checks in one
+line: the ids are a public contract (JSON `id`, JUnit test names, Slurm drain reasons).
+
+`CheckId` names them for mypy: a Finding's id is a CheckId, so a misspelled or unregistered
+id is a type error where the finding is made. The tables below say, for each id, its page
+and what it checks; a dict keyed by CheckId cannot hold an unknown id, and importing this
+module fails if an id lacks its line (the two lists are one declaration, held together).
+tests/unit/test_check_registry.py holds these tables and the docs' tables to each other."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
+
+CheckId = Literal[
+    # docs/checks.md
+    "host.reachable",
+    "host.key",
+    "probe.ran",
+    "parity.driver",
+    "parity.cuda-driver",
+    "parity.gpu-model",
+    "parity.gpu-count",
+    "parity.torch",
+    "parity.torch-cuda",
+    "parity.nccl",
+    "parity.python",
+    "parity.kernel",
+    "parity.vbios",
+    "parity.inforom",
+    "parity.memory",
+    "parity.nvlink",
+    "parity.infiniband",
+    "fabric.nvlink-down",
+    "gpu.nvlink-errors",
+    "ib.port",
+    "docker.container-toolkit",
+    "expect.gpus_per_node",
+    "expect.driver",
+    "expect.torch",
+    "expect.nccl",
+    "expect.python",
+    "expect.cuda",
+    "expect.infiniband",
+    "torch.present",
+    "torch.import",
+    "torch.numpy",
+    "compat.driver-cuda",
+    "gpu.nvidia-smi",
+    "gpu.ecc",
+    "gpu.persistence",
+    "gpu.row-remap",
+    "gpu.retired-pages",
+    "gpu.sram-ecc",
+    "gpu.temperature",
+    "gpu.pcie-width",
+    "gpu.pcie-replay",
+    "gpu.clock-reasons",
+    "gpu.present",
+    "gpu.xid",
+    "nvswitch.sxid",
+    "gpu.reset-required",
+    "host.mce",
+    "host.edac",
+    "host.filesystem",
+    "host.nvme",
+    "host.dstate",
+    "gpu.busy",
+    "gpu.visible",
+    "gpu.arch",
+    "torch.cpu-build",
+    "env.shm",
+    "env.memlock",
+    "env.clock",
+    "env.nccl-debug-vars",
+    "env.job-vars",
+    "env.socket-ifname",
+    "host.memory-free",
+    "storage.shared",
+    "storage.free",
+    "dcgm.diag",
+    "baseline.drift",
+    # docs/network.md
+    "net.stage",
+    "net.interface",
+    "net.subnet",
+    "net.mtu",
+    "net.ifname-mismatch",
+    "net.master-resolve",
+    "net.master-address",
+    "net.hostname-loopback",
+    "net.rendezvous-port-in-use",
+    "net.port-in-use",
+    "net.rendezvous",
+    "net.mesh",
+    "net.subnet-cut",
+    "net.firewall",
+    "net.firewall-unknown",
+    # docs/bench.md
+    "bench.busbw",
+    "bench.busbw-all_gather",
+    "bench.busbw-reduce_scatter",
+    "bench.busbw-alltoall",
+    "bench.correctness",
+    "bench.world-size",
+    "bench.rank-failed",
+    "bench.not-joined",
+    "bench.timeout",
+    "bench.slow-rank",
+    "bench.slow-node",
+    "bench.node-busbw",
+    "bench.nccl-socket-transport",
+    "bench.nccl-debug-vars",
+    # docs/images.md
+    "image.present",
+    "image.inspect",
+    "image.digest",
+    "image.spec-hash",
+    "image.run",
+    "image.versions",
+    "image.driver",
+    "image.shm",
+    "image.memlock",
+    "image.network",
+    "image.disable-require",
+    "image.infiniband",
+    "image.stage",
+    # docs/launch.md
+    "launch.job",
+]
 
 
 @dataclass(frozen=True)
@@ -14,11 +136,11 @@ class CheckInfo:
     what: str  # what it checks, in one line
 
 
-def _table(doc: str, rows: dict[str, str]) -> dict[str, CheckInfo]:
+def _table(doc: str, rows: dict[CheckId, str]) -> dict[CheckId, CheckInfo]:
     return {check_id: CheckInfo(doc, what) for check_id, what in rows.items()}
 
 
-_CONNECT_PROBE_STATIC = {
+_CONNECT_PROBE_STATIC: dict[CheckId, str] = {
     "host.reachable": "every host connected; one error per host that was not, with why",
     "host.key": "a host whose key was accepted unverified because host-key checking is off",
     "probe.ran": "the node probe ran and its output could be read",
@@ -88,7 +210,7 @@ _CONNECT_PROBE_STATIC = {
 }
 
 
-_NETWORK = {
+_NETWORK: dict[CheckId, str] = {
     "net.stage": "a node could not run a step of the network stage",
     "net.interface": "the collective interface is missing, down or has no address on a node",
     "net.subnet": "a node's collective address shares no subnet with any peer",
@@ -107,7 +229,7 @@ _NETWORK = {
 }
 
 
-_BENCH = {
+_BENCH: dict[CheckId, str] = {
     "bench.busbw": "slowest-rank busbw at the gate size vs the threshold",
     "bench.busbw-all_gather": "all_gather busbw (nccl-tests factor (n-1)/n) vs the threshold",
     "bench.busbw-reduce_scatter": "reduce_scatter busbw ((n-1)/n) vs the threshold",
@@ -125,7 +247,7 @@ _BENCH = {
 }
 
 
-_IMAGE = {
+_IMAGE: dict[CheckId, str] = {
     "image.present": "the image is missing on a node",
     "image.inspect": "the node's engine could not be asked",
     "image.digest": "different images across nodes",
@@ -142,12 +264,12 @@ _IMAGE = {
 }
 
 
-_LAUNCH = {
+_LAUNCH: dict[CheckId, str] = {
     "launch.job": "the job ran on every node and every rank exited 0 (or why not, and where)",
 }
 
 
-CHECKS: dict[str, CheckInfo] = {
+CHECKS: dict[CheckId, CheckInfo] = {
     **_table("checks.md", _CONNECT_PROBE_STATIC),
     **_table("network.md", _NETWORK),
     **_table("bench.md", _BENCH),
@@ -156,7 +278,12 @@ CHECKS: dict[str, CheckInfo] = {
 }
 
 
+_UNDESCRIBED = set(get_args(CheckId)) - set(CHECKS)
+if _UNDESCRIBED:
+    raise ImportError(f"check ids without a table line: {sorted(_UNDESCRIBED)}")
+
+
 def describe(check_id: str) -> str:
     """`id: what it checks (docs/PAGE)`, or the id alone when it is not registered."""
-    info = CHECKS.get(check_id)
+    info = next((info for known, info in CHECKS.items() if known == check_id), None)
     return f"{check_id}: {info.what} (docs/{info.doc})" if info else check_id

@@ -7,6 +7,7 @@ from typing import Any
 
 from clusterkit.checks.model import Finding, Fix, Status, over_hosts, per_host
 from clusterkit.checks.parity import Facts, nccl_version
+from clusterkit.checks.registry import CheckId
 from clusterkit.facts import HostFacts, TorchFacts, collected, error_of
 from clusterkit.inventory.model import Expectations
 from clusterkit.versions import (
@@ -17,11 +18,24 @@ from clusterkit.versions import (
     parse_version,
 )
 
-PINS: tuple[tuple[str, str, Callable[[HostFacts], str | None], str | None], ...] = (
-    ("driver", "NVIDIA driver", lambda f: collected(f.get("gpus")).get("driver"), "nvidia"),
-    ("torch", "torch", lambda f: collected(f.get("torch")).get("version"), None),
-    ("nccl", "NCCL", nccl_version, None),
-    ("python", "Python", lambda f: collected(f.get("python")).get("version"), None),
+# (the Expectations field, its check, what it pins, how a host reports it, the fix's tag)
+PINS: tuple[tuple[str, CheckId, str, Callable[[HostFacts], str | None], str | None], ...] = (
+    (
+        "driver",
+        "expect.driver",
+        "NVIDIA driver",
+        lambda f: collected(f.get("gpus")).get("driver"),
+        "nvidia",
+    ),
+    ("torch", "expect.torch", "torch", lambda f: collected(f.get("torch")).get("version"), None),
+    ("nccl", "expect.nccl", "NCCL", nccl_version, None),
+    (
+        "python",
+        "expect.python",
+        "Python",
+        lambda f: collected(f.get("python")).get("version"),
+        None,
+    ),
 )
 
 
@@ -40,20 +54,20 @@ def expectation_findings(facts: Facts, expect: Expectations) -> list[Finding]:
                 None,
             )
         )
-    for key, what, extract, tag in PINS:
+    for key, check_id, what, extract, tag in PINS:
         wanted = getattr(expect, key)
         if wanted is None:
             continue
         constraint = Constraint(str(wanted))
         values = {h: extract(f) for h, f in facts.items()}
-        findings.append(_pin(f"expect.{key}", what, str(wanted), values, constraint.matches, tag))
+        findings.append(_pin(check_id, what, str(wanted), values, constraint.matches, tag))
     if expect.cuda is not None:
         findings.append(_cuda_pin(facts, str(expect.cuda)))
     return findings
 
 
 def _pin(
-    check_id: str,
+    check_id: CheckId,
     what: str,
     wanted: str,
     values: Mapping[str, Any],

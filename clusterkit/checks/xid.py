@@ -16,8 +16,9 @@ from typing import Any, TypedDict
 
 from clusterkit.checks.model import Finding, Status, per_host
 from clusterkit.checks.parity import Facts
+from clusterkit.checks.registry import CheckId
+from clusterkit.escape import printable
 from clusterkit.facts import DriverLoad, GpuDevice, HostFacts, KernelEvent, collected
-from clusterkit.report.escape import printable
 
 # What each action asks of a person, most drastic last: a node's worst decides its remedy.
 ACTIONS = ("app", "update", "reset", "reboot", "replace")
@@ -277,7 +278,7 @@ def stale_note(groups: list[EventGroup], kind: str, horizon: DriverLoad | None) 
 
 
 def _host_finding(
-    check_id: str, host: str, groups: list[EventGroup], kind: str, horizon: DriverLoad | None
+    check_id: CheckId, host: str, groups: list[EventGroup], kind: str, horizon: DriverLoad | None
 ) -> Finding:
     worst = groups[0]
     note = stale_note(groups, kind, horizon)
@@ -296,7 +297,7 @@ def _host_finding(
     )
 
 
-def _events_findings(facts: Facts, kind: str, check_id: str, ok: str) -> list[Finding]:
+def _events_findings(facts: Facts, kind: str, check_id: CheckId, ok: str) -> list[Finding]:
     findings: list[Finding] = []
     clean: list[str] = []
     blind: dict[str, str] = {}

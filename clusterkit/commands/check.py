@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import TextIO
 
 from clusterkit.checks.model import NEEDS_FIX, Fix
-from clusterkit.commands.common import (
-    checked_session,
-    load_targets,
-    report_view,
-    target_request,
-)
+from clusterkit.cli.check import CheckRequest
+from clusterkit.commands.common import check_plan, load_targets, report_view
 from clusterkit.environment import Environment
 from clusterkit.provision.remedy import TAGS
 from clusterkit.report import Report, emit
@@ -20,35 +15,40 @@ from clusterkit.report.baseline import baseline_drift, load_baseline, save_basel
 from clusterkit.report.progress import progress
 from clusterkit.slurm.check import write_exclude_file
 from clusterkit.stages import build_report
+from clusterkit.stages.lists import checked_session
 from clusterkit.status import ExitStatus
 
 
-def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+def run(request: CheckRequest, env: Environment) -> ExitStatus:
     started = time.monotonic()
-    hosts = target_request(args)
+    hosts, checking, shown = request.target, request.run, request.report
     inventory, slurm = load_targets(hosts, env)
-    baseline = load_baseline(args.baseline) if args.baseline else None  # refused before work
+    baseline = load_baseline(request.baseline) if request.baseline else None  # before work
     with progress(env) as bar:
-        session = checked_session(args, env, inventory, bar, slurm, machine=hosts.machine_only)
+        session = checked_session(
+            check_plan(checking, env), env, inventory, bar, slurm, machine=hosts.machine_only
+        )
         session.close()
-    report = build_report(session, "check", seconds=time.monotonic() - started, strict=args.strict)
+    report = build_report(
+        session, "check", seconds=time.monotonic() - started, strict=checking.strict
+    )
     if baseline is not None:
         report.findings += baseline_drift(report, baseline, inventory.settings.expect)
-    plan = fix_plan(report) if args.fix_plan else None
+    plan = fix_plan(report) if request.fix_plan else None
     report.fix_plan = plan
-    plan_alone = plan is not None and args.format == "text" and not args.output
+    plan_alone = plan is not None and shown.format == "text" and not shown.output
     if plan_alone:  # the plan and nothing else: the commands, paste-ready
         print_plan_alone(report, env)
     else:
-        emit(report, args.format, args.output, env, **report_view(args))
-    if plan is not None and args.format != "json" and not plan_alone:
+        emit(report, shown.format, shown.output, env, **report_view(shown))
+    if plan is not None and shown.format != "json" and not plan_alone:
         # Text: after the report. JUnit on stdout is a document: the plan goes to stderr.
-        to_stderr = args.format in ("junit", "prometheus", "html") and not args.output
+        to_stderr = shown.format in ("junit", "prometheus", "html") and not shown.output
         print_fix_plan(plan, env.stderr if to_stderr else env.stdout)
-    if args.exclude_file:
-        write_exclude_file(args.exclude_file, report, [host.name for host in inventory.hosts])
-    if args.save_baseline:
-        save_known_good(args.save_baseline, report, env)
+    if request.exclude_file:
+        write_exclude_file(request.exclude_file, report, [host.name for host in inventory.hosts])
+    if request.save_baseline:
+        save_known_good(request.save_baseline, report, env)
     return report.exit_status
 
 

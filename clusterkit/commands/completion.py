@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 
+from clusterkit.cli.completion import CompletionRequest
 from clusterkit.completion import SHELLS, script
+from clusterkit.contract.names import SKIPPABLE
 from clusterkit.cost import catalog
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
-from clusterkit.node.bench_worker import COLLECTIVES
+from clusterkit.node.bench_common import COLLECTIVES
 from clusterkit.provision.remedy import TAGS
-from clusterkit.stagenames import SKIPPABLE
 from clusterkit.status import ExitStatus
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:%-]*")
@@ -41,19 +41,19 @@ def known_values() -> dict[str, list[str]]:
 
 
 def completion_script(shell: str) -> str:
-    """The whole command line's script, `cost prices` (a parser of its own) included."""
-    from clusterkit.cli import build_parser, cost_prices_parser
+    """The whole command line's script, every command and step included."""
+    from clusterkit.cli import build_parser
 
-    return script(build_parser(), shell, {"cost prices": cost_prices_parser()}, known_values())
+    return script(build_parser(), shell, None, known_values())
 
 
-def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    if args.hosts is not None:
-        env.stdout.write("".join(f"{name}\n" for name in inventory_hosts(args.hosts, env)))
+def run(request: CompletionRequest, env: Environment) -> ExitStatus:
+    if request.hosts is not None:
+        env.stdout.write("".join(f"{name}\n" for name in inventory_hosts(request.hosts, env)))
         return ExitStatus.PASSED
-    if args.shell is None:
+    if request.shell is None:
         raise UsageError("completion: give a shell", hint=f"one of: {', '.join(SHELLS)}")
-    env.stdout.write(completion_script(args.shell))
+    env.stdout.write(completion_script(request.shell))
     return ExitStatus.PASSED
 
 
@@ -62,7 +62,7 @@ def inventory_hosts(path: str, env: Environment) -> list[str]:
     (no plugin or script runs), nothing on any error, and only plain names (the shell
     expands what completion offers)."""
     from clusterkit.errors import ClusterkitError
-    from clusterkit.inventory import load_inventory
+    from clusterkit.settings.loader import load_inventory
 
     try:
         inventory = load_inventory(path, environ=env.environ)

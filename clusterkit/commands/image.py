@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 from functools import partial
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from clusterkit.cli.image import ImageRequest
 from clusterkit.environment import Environment
 from clusterkit.errors import ConfigError, UsageError
 from clusterkit.image import lock as lockmod
@@ -24,8 +24,8 @@ def _out(env: Environment) -> Console:
     return Console(file=env.stdout, highlight=False, soft_wrap=True, _environ=env.environ)
 
 
-def _specs(args: argparse.Namespace, env: Environment) -> list[ImageSpec]:
-    paths = args.specs or find_specs(env.path("images"))
+def _specs(request: ImageRequest, env: Environment) -> list[ImageSpec]:
+    paths = request.specs or find_specs(env.path("images"))
     if not paths:
         raise ConfigError("no image specs given and none under images/")
     return [load_spec(path) for path in paths]
@@ -38,11 +38,11 @@ def _print_staleness(out: Console, where: Path, problem: str | None, *, current:
     return bool(problem)
 
 
-def _lock(args: argparse.Namespace, env: Environment) -> ExitStatus:
+def _lock(request: ImageRequest, env: Environment) -> ExitStatus:
     out = _out(env)
     status = ExitStatus.PASSED
-    for spec in _specs(args, env):
-        if args.fail_if_stale:
+    for spec in _specs(request, env):
+        if request.fail_if_stale:
             reason = lockmod.stale_reason(spec)
             stale = f"stale: {reason}" if reason else None
             if _print_staleness(out, spec.lock_path, stale, current="current"):
@@ -51,7 +51,7 @@ def _lock(args: argparse.Namespace, env: Environment) -> ExitStatus:
         from clusterkit.image.registry import manifest_digest
 
         registry_digest = partial(manifest_digest, environ=env.environ)
-        digest, source = lockmod.resolve_base(spec, registry_digest, offline=args.offline)
+        digest, source = lockmod.resolve_base(spec, registry_digest, offline=request.offline)
         lock = lockmod.build_lock(spec, digest, source, lockmod.resolve_packages(spec))
         lockmod.fill_wheelhouse(spec, lock)
         write_file(spec.lock_path, lockmod.dumps(lock))
@@ -65,15 +65,15 @@ def _lock(args: argparse.Namespace, env: Environment) -> ExitStatus:
     return status
 
 
-def _render(args: argparse.Namespace, env: Environment) -> ExitStatus:
+def _render(request: ImageRequest, env: Environment) -> ExitStatus:
     out = _out(env)
     status = ExitStatus.PASSED
-    for spec in _specs(args, env):
+    for spec in _specs(request, env):
         reason = lockmod.stale_reason(spec)
         if reason:
             raise ConfigError(f"{spec.lock_path}: {reason}", hint="run `clusterkit image lock`")
         lock = lockmod.read_lock(spec)
-        if args.fail_if_stale:
+        if request.fail_if_stale:
             files = drifted(spec, lock)
             drift = f"drifted: {', '.join(files)}" if files else None
             if _print_staleness(out, spec.directory, drift, current="rendered files current"):
@@ -100,28 +100,28 @@ def _revision(spec: ImageSpec) -> str:
     return done.stdout.decode().strip() if done.returncode == 0 else "unknown"
 
 
-def _one_spec(args: argparse.Namespace, env: Environment) -> ImageSpec:
-    specs = _specs(args, env)
+def _one_spec(request: ImageRequest, env: Environment) -> ImageSpec:
+    specs = _specs(request, env)
     if len(specs) != 1:
-        raise ConfigError(f"`image {args.image_command}` takes exactly one spec")
+        raise ConfigError(f"`image {request.step}` takes exactly one spec")
     return specs[0]
 
 
-def _build(args: argparse.Namespace, env: Environment) -> ExitStatus:
+def _build(request: ImageRequest, env: Environment) -> ExitStatus:
     out = _out(env)
     from clusterkit.image.build import build_image, image_references
     from clusterkit.image.engine import api_client, console
 
-    spec = _one_spec(args, env)
-    references = image_references(spec, args.repository, args.tag)
+    spec = _one_spec(request, env)
+    references = image_references(spec, request.repository, list(request.tags))
     built = build_image(
         api_client(environ=env.environ),
         spec,
         references,
-        revision=args.revision or _revision(spec),
-        no_cache=args.no_cache,
-        quiet=args.quiet,
-        network=args.network,
+        revision=request.revision or _revision(spec),
+        no_cache=request.no_cache,
+        quiet=request.quiet,
+        network=request.network,
         out=console(env.stderr, env.environ),
     )
     out.print(
@@ -132,47 +132,47 @@ def _build(args: argparse.Namespace, env: Environment) -> ExitStatus:
     return ExitStatus.PASSED
 
 
-def _push(args: argparse.Namespace, env: Environment) -> ExitStatus:
+def _push(request: ImageRequest, env: Environment) -> ExitStatus:
     out = _out(env)
     from clusterkit.image.build import image_references, push_image
     from clusterkit.image.engine import api_client, console
 
-    spec = _one_spec(args, env)
+    spec = _one_spec(request, env)
     api = api_client(environ=env.environ)
-    references = image_references(spec, args.repository, args.tag)
+    references = image_references(spec, request.repository, list(request.tags))
     digest = ""
     for reference in references:
         digest = push_image(
             api,
             reference,
-            quiet=args.quiet,
+            quiet=request.quiet,
             out=console(env.stderr, env.environ),
             environ=env.environ,
         )
         out.print(f"pushed {reference} {digest}", markup=False)
     repository = references[0].rpartition(":")[0]
     out.print(f"{repository}@{digest}", markup=False)
-    if args.digest_file:
+    if request.digest_file:
         record = {"image": f"{repository}@{digest}", "digest": digest, "tags": references}
         text = json.dumps(record, indent=2, sort_keys=True) + "\n"
         try:
-            write_file(args.digest_file, text)
+            write_file(request.digest_file, text)
         except OSError as error:
-            flag = f"--digest-file {args.digest_file}"
-            raise UsageError(f"{flag}: cannot write: {why(error, args.digest_file)}") from None
+            flag = f"--digest-file {request.digest_file}"
+            raise UsageError(f"{flag}: cannot write: {why(error, request.digest_file)}") from None
     return ExitStatus.PASSED
 
 
-def _verify(args: argparse.Namespace, env: Environment) -> ExitStatus:
+def _verify(request: ImageRequest, env: Environment) -> ExitStatus:
     out = _out(env)
     from clusterkit.image.build import image_references
     from clusterkit.image.engine import api_client
     from clusterkit.image.verify import differences, probe_image
 
-    spec = _one_spec(args, env)
+    spec = _one_spec(request, env)
     lock = lockmod.read_lock(spec)
-    reference = args.reference or image_references(spec, args.repository, [])[0]
-    found = probe_image(api_client(environ=env.environ), reference, timeout=args.timeout)
+    reference = request.reference or image_references(spec, request.repository, [])[0]
+    found = probe_image(api_client(environ=env.environ), reference, timeout=request.timeout)
     problems = differences(lock, found)
     summary = ", ".join(f"{key} {found.get(key)}" for key in ("torch", "cuda", "nccl", "python"))
     if problems:
@@ -186,7 +186,7 @@ def _verify(args: argparse.Namespace, env: Environment) -> ExitStatus:
 HANDLERS = {"lock": _lock, "render": _render, "build": _build, "push": _push, "verify": _verify}
 
 
-def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    if not getattr(args, "image_command", None):
+def run(request: ImageRequest, env: Environment) -> ExitStatus:
+    if not request.step:
         raise ConfigError("image: name a step: lock, render, build, push or verify")
-    return HANDLERS[args.image_command](args, env)
+    return HANDLERS[request.step](request, env)

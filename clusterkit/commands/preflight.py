@@ -3,34 +3,34 @@ connections: every node the job starts on holds the same script, or nothing star
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from collections.abc import Callable, Sequence
 
+from clusterkit.cli.launch import EntryCheck
+from clusterkit.contract.session import Session
+from clusterkit.escape import printable
 from clusterkit.inventory.model import Inventory
 from clusterkit.launch.entry import SECONDS, ask_nodes, entry_problems, entry_script
-from clusterkit.report.escape import printable
 from clusterkit.slurm.check import srun_session_of
-from clusterkit.stages.session import Session
 from clusterkit.status import ExitStatus
 from clusterkit.words import counted
 
 STEP_MARGIN = 30.0  # under Slurm, the step outlives the pre-flight's own bound by this much
 
 
-def script_to_check(args: argparse.Namespace, inventory: Inventory) -> tuple[str | None, str]:
+def script_to_check(request: EntryCheck, inventory: Inventory) -> tuple[str | None, str]:
     """The entry script's path as the nodes open it, or None and why it is not checked. In
     an image the script is the image's, unless a relative path under --workdir (mounted)."""
-    script, why = entry_script(args.job)
+    script, why = entry_script(request.job)
     if script is None or not inventory.settings.image:
         return script, why
-    if not args.workdir or script.startswith("/"):
+    if not request.workdir or script.startswith("/"):
         return None, "the job runs in the image (checked with --workdir and a relative path)"
     return script, why
 
 
 def entry_preflight(
-    args: argparse.Namespace,
+    request: EntryCheck,
     inventory: Inventory,
     session: Session,
     active: Sequence[str],
@@ -39,7 +39,7 @@ def entry_preflight(
     """None when every node in `active` holds the same entry script; else the exit status
     (1: missing, unreadable or another file on a node; 3: a node did not answer), every
     node named, one line each."""
-    script, why = script_to_check(args, inventory)
+    script, why = script_to_check(request, inventory)
     if script is None:
         note(printable(f"clusterkit: pre-flight: the entry script is not checked: {why}"))
         return None
@@ -48,7 +48,7 @@ def entry_preflight(
     srun = srun_session_of(transports)
     step = srun.phase("entry", SECONDS + STEP_MARGIN, list(transports)) if srun else None
     with step or contextlib.nullcontext():
-        answers = ask_nodes(transports, interpreters, script, args.workdir, args.forks)
+        answers = ask_nodes(transports, interpreters, script, request.workdir, request.forks)
     problems, unanswered = entry_problems(script, answers)
     for line in problems + unanswered:
         note(f"clusterkit: pre-flight: {line}")

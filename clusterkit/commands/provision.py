@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
+from clusterkit.cli.provision import ProvisionRequest
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
-from clusterkit.inventory import load_inventory, select_hosts
+from clusterkit.inventory import select_hosts
 from clusterkit.provision.playbook import (
     PlaybookRun,
     ansible_playbook,
@@ -16,6 +15,7 @@ from clusterkit.provision.playbook import (
 )
 from clusterkit.provision.remedy import TAGS
 from clusterkit.redact import redact_text
+from clusterkit.settings.loader import load_inventory
 from clusterkit.status import ExitStatus
 
 
@@ -32,32 +32,32 @@ def split_tags(text: str | None, flag: str) -> tuple[str, ...]:
     return tags
 
 
-def plan(args: argparse.Namespace, env: Environment) -> PlaybookRun:
+def plan(request: ProvisionRequest, env: Environment) -> PlaybookRun:
     """The run the arguments ask for, after the same inventory checks `check` makes."""
     # ansible-playbook connects, not clusterkit: it runs the inventory's plugins and scripts
     # anyway, and honours become.
-    inventory = load_inventory(args.inventory, for_ansible=True, environ=env.environ)
+    inventory = load_inventory(request.inventory, for_ansible=True, environ=env.environ)
     for warning in inventory.warnings:
         print(f"clusterkit: warning: {redact_text(warning)}", file=env.stderr)
-    if args.limit:
-        select_hosts(inventory, args.limit)  # a limit naming no host is an error, as in check
-    extra = [item for value in args.extra_vars for item in ("-e", value)]
-    if args.verbose:
-        extra.append("-" + "v" * args.verbose)
+    if request.limit:
+        select_hosts(inventory, request.limit)  # a limit naming no host is an error, as in check
+    extra = [item for value in request.extra_vars for item in ("-e", value)]
+    if request.verbose:
+        extra.append("-" + "v" * request.verbose)
     return PlaybookRun(
-        inventory=args.inventory,
+        inventory=request.inventory,
         playbook=find_playbook(env.environ),
-        tags=split_tags(args.tags, "--tags"),
-        skip_tags=split_tags(args.skip_tags, "--skip-tags"),
-        limit=args.limit,
-        check=args.dry_run,
-        diff=args.diff,
+        tags=split_tags(request.tags, "--tags"),
+        skip_tags=split_tags(request.skip_tags, "--skip-tags"),
+        limit=request.limit,
+        check=request.dry_run,
+        diff=request.diff,
         extra=tuple(extra),
     )
 
 
-def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    playbook_run = plan(args, env)
+def run(request: ProvisionRequest, env: Environment) -> ExitStatus:
+    playbook_run = plan(request, env)
     argv = build_argv(playbook_run, ansible_playbook(env.environ))
-    status = run_playbook(argv, timeout=args.timeout, environ=env.environ)
+    status = run_playbook(argv, timeout=request.timeout, environ=env.environ)
     return ExitStatus.PASSED if status == 0 else ExitStatus.FAILED

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.registry import CheckId
 from clusterkit.checks.stack import driver_verdict
 from clusterkit.facts import FactsByHost, collected
 from clusterkit.image.presence import ContainerFacts, ContainerRun, ImagePresence
@@ -27,8 +28,8 @@ _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
 VERSION_LABELS: tuple[Literal["torch", "cuda", "nccl"], ...] = ("torch", "cuda", "nccl")
 
 
-def _finding(id_: str, status: Status, message: str, **extra: Any) -> Finding:
-    return Finding(id=f"image.{id_}", status=status, message=message, **extra)
+def _finding(id_: CheckId, status: Status, message: str, **extra: Any) -> Finding:
+    return Finding(id=id_, status=status, message=message, **extra)
 
 
 def _short(digest: str | None) -> str:
@@ -79,7 +80,7 @@ def _presence(facts_by_host: Mapping[str, ImagePresence], image: str) -> list[Fi
     for host, error in sorted(errors.items()):
         out.append(
             _finding(
-                "inspect",
+                "image.inspect",
                 Status.ERROR,
                 f"{host}: could not inspect {image}: {error or 'no answer'}",
                 hosts=[host],
@@ -88,7 +89,7 @@ def _presence(facts_by_host: Mapping[str, ImagePresence], image: str) -> list[Fi
     if missing:
         out.append(
             _finding(
-                "present",
+                "image.present",
                 Status.FAIL,
                 f"{image} is not on {', '.join(missing)}",
                 hosts=missing,
@@ -98,7 +99,7 @@ def _presence(facts_by_host: Mapping[str, ImagePresence], image: str) -> list[Fi
             )
         )
     elif not errors:
-        out.append(_finding("present", Status.OK, f"{image} is on every node"))
+        out.append(_finding("image.present", Status.OK, f"{image} is on every node"))
     return out
 
 
@@ -111,7 +112,7 @@ def _parity(present: Mapping[str, ImagePresence], image: str) -> list[Finding]:
         odd = sorted(h for g in groups[1:] for h in g)
         out.append(
             _finding(
-                "digest",
+                "image.digest",
                 Status.FAIL,
                 f"{image} is a different image across nodes: "
                 + "; ".join(_describe(g, present) for g in groups),
@@ -122,7 +123,7 @@ def _parity(present: Mapping[str, ImagePresence], image: str) -> list[Finding]:
             )
         )
     else:
-        out.append(_finding("digest", Status.OK, f"every node holds the same {image}"))
+        out.append(_finding("image.digest", Status.OK, f"every node holds the same {image}"))
     hashes: dict[str, list[str]] = defaultdict(list)
     for host, facts in sorted(present.items()):
         hashes[facts.get("labels", {}).get(SPEC_HASH_LABEL) or "(none)"].append(host)
@@ -131,7 +132,7 @@ def _parity(present: Mapping[str, ImagePresence], image: str) -> list[Finding]:
         odd = sorted(h for _, hosts in ranked[1:] for h in hosts)
         out.append(
             _finding(
-                "spec-hash",
+                "image.spec-hash",
                 Status.FAIL,
                 "spec hash differs: "
                 + "; ".join(f"{', '.join(hosts)}: {value[:12]}" for value, hosts in ranked),
@@ -165,7 +166,7 @@ def _versions(present: Mapping[str, ImagePresence]) -> list[Finding]:
         if run is None or inside is None:
             out.append(
                 _finding(
-                    "run",
+                    "image.run",
                     Status.ERROR,
                     f"{host}: the image did not run: {_why_not_run(run)}",
                     hosts=[host],
@@ -184,7 +185,7 @@ def _versions(present: Mapping[str, ImagePresence]) -> list[Finding]:
         if differences:
             out.append(
                 _finding(
-                    "versions",
+                    "image.versions",
                     Status.FAIL,
                     f"{host}: inside the container {', '.join(differences)}",
                     hosts=[host],
@@ -224,7 +225,7 @@ def _drivers(
             continue
         out.append(
             _finding(
-                "driver",
+                "image.driver",
                 status,
                 f"{host}: {why}",
                 hosts=[host],
@@ -267,15 +268,15 @@ def _runtime(present: Mapping[str, ImagePresence], multi_node: bool) -> list[Fin
         if any(v and v.lower() not in ("0", "false", "") for v in values):
             disabled.append(host)
     out = []
-    checks = (
-        ("shm", small_shm, Status.FAIL, "/dev/shm below 1 GiB breaks NCCL's shared memory",
+    checks: tuple[tuple[CheckId, list[str], Status, str, str], ...] = (
+        ("image.shm", small_shm, Status.FAIL, "/dev/shm below 1 GiB breaks NCCL's shared memory",
          "run with --ipc host or --shm-size 16g (image runtime.shm_size)"),
-        ("memlock", memlock, Status.WARN, "memlock is limited (RDMA registration fails)",
+        ("image.memlock", memlock, Status.WARN, "memlock is limited (RDMA registration fails)",
          "run with --ulimit memlock=-1:-1"),
-        ("network", no_host_net, Status.FAIL,
+        ("image.network", no_host_net, Status.FAIL,
          "no host network: ranks on other nodes cannot reach the addresses NCCL advertises",
          "run with --network host"),
-        ("disable-require", disabled, Status.WARN,
+        ("image.disable-require", disabled, Status.WARN,
          "NVIDIA_DISABLE_REQUIRE is set: a too-old driver is not caught at container start",
          "unset NVIDIA_DISABLE_REQUIRE"),
     )  # fmt: skip
@@ -286,7 +287,9 @@ def _runtime(present: Mapping[str, ImagePresence], multi_node: bool) -> list[Fin
                 _finding(id_, status, f"{message}: {', '.join(hosts)}", hosts=names, remedy=remedy)
             )
         else:
-            out.append(_finding(id_, Status.OK, f"{id_}: fine on every node"))
+            out.append(
+                _finding(id_, Status.OK, f"{id_.removeprefix('image.')}: fine on every node")
+            )
     return out
 
 
@@ -308,7 +311,7 @@ def image_findings(
 ) -> list[Finding]:
     image = settings.image
     if not image:
-        return [_finding("stage", Status.SKIP, "no clusterkit.image in the inventory")]
+        return [_finding("image.stage", Status.SKIP, "no clusterkit.image in the inventory")]
     out = _presence(facts_by_host, image)
     present = {h: f for h, f in facts_by_host.items() if f.get("present")}
     if not present:
@@ -341,12 +344,15 @@ def rdma_findings(
     if not missing:
         return [
             _finding(
-                "infiniband", Status.OK, "the image runs with /dev/infiniband", hosts=with_rdma
+                "image.infiniband",
+                Status.OK,
+                "the image runs with /dev/infiniband",
+                hosts=with_rdma,
             )
         ]
     return [
         _finding(
-            "infiniband",
+            "image.infiniband",
             Status.WARN,
             "RDMA devices on the node but the image's run arguments lack /dev/infiniband "
             f"(NCCL in the container falls back to TCP sockets): {', '.join(missing)}",

@@ -8,18 +8,18 @@ import json
 from typing import TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.stage import Stage, StageResult, no_hosts_reason
 from clusterkit.errors import TransportError
 from clusterkit.facts import collected
 from clusterkit.image.checks import image_findings, rdma_findings
 from clusterkit.image.presence import ImagePresence, MalformedPresence, parse_presence, unchecked
 from clusterkit.inventory.model import Inventory
-from clusterkit.stages.base import StageResult
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.nodescript import node_script, run_node_script
 from clusterkit.transport.pool import parallel
 
 if TYPE_CHECKING:
-    from clusterkit.stages.session import Session
+    from clusterkit.contract.session import Session
 
 NODE_SCRIPT = "image"  # clusterkit/node/image.py
 
@@ -93,3 +93,22 @@ def image_facts(
         else:
             facts[host] = result
     return facts
+
+
+IMAGE_SECONDS = 180.0
+
+
+class ImageStage(Stage):
+    name = "image"
+
+    def __init__(self, seconds: float = IMAGE_SECONDS) -> None:
+        self.seconds = seconds
+
+    def skip_reason(self, session: Session) -> str | None:
+        why = super().skip_reason(session) or no_hosts_reason(session)
+        if not why and not session.inventory.settings.image:
+            why = "no image named in the inventory (clusterkit.image)"
+        return why
+
+    def run(self, session: Session) -> StageResult:
+        return run_image_stage(session, session.bounded(self.seconds))

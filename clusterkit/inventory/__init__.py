@@ -1,7 +1,11 @@
-"""Ansible YAML inventories -> Inventory: hosts with connection parameters, cluster settings."""
+"""Ansible inventories as a model: hosts with connection parameters, the cluster settings' types,
+and the readers of each source format. Reading one into an Inventory, typed by the settings
+schema, starts in clusterkit.settings.loader (load_inventory).
+
+Layer: wire. Start at: model.py.
+"""
 
 from clusterkit.inventory.limit import select_hosts
-from clusterkit.inventory.loader import load_inventory, local_inventory
 from clusterkit.inventory.model import ClusterSettings, Expectations, Host, Inventory
 
 __all__ = [
@@ -9,7 +13,5 @@ __all__ = [
     "Expectations",
     "Host",
     "Inventory",
-    "load_inventory",
-    "local_inventory",
     "select_hosts",
 ]

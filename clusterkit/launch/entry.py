@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict, cast
 
+from clusterkit.checks.parity import sole_majority
 from clusterkit.errors import TransportError
-from clusterkit.report.escape import printable
+from clusterkit.escape import printable
 from clusterkit.shape import shape_problem
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.nodescript import node_script, run_node_script
@@ -152,13 +152,13 @@ def _shown(answer: Answer) -> str:
 def entry_problems(script: str, answers: Mapping[str, Answer]) -> tuple[list[str], list[str]]:
     """(lines naming each node where the script is missing, unreadable or another file;
     lines naming each node that did not answer). The file most nodes hold is the one
-    expected (a tie: the first node's, the master's)."""
+    expected; with no such file (a tie) one line shows every copy and blames no node:
+    inventory order must not decide which is wrong (checks/parity.py:sole_majority)."""
     name = printable(script[:SHOWN])
     problems, unanswered = [], []
-    read = {host: a for host, a in answers.items() if a.sha256}
-    counts = Counter((a.sha256, a.size) for a in read.values())
-    expected = max(counts, key=lambda key: counts[key]) if counts else None
-    holders = [host for host, a in read.items() if (a.sha256, a.size) == expected]
+    read = {host: (a.sha256, a.size) for host, a in answers.items() if a.sha256}
+    decided, expected = sole_majority(read) if read else (True, None)
+    holders = [host for host, copy in read.items() if copy == expected]
     for host, answer in answers.items():
         where = printable(answer.path[:SHOWN])
         if answer.missing:
@@ -167,10 +167,12 @@ def entry_problems(script: str, answers: Mapping[str, Answer]) -> tuple[list[str
             unanswered.append(f"{host} did not check {name}: {printable(answer.error)}")
         elif answer.error:
             problems.append(f"{name} on {host} cannot be read ({where}: {printable(answer.error)})")
-        elif (answer.sha256, answer.size) != expected:
-            reference = read[holders[0]]
+        elif decided and read[host] != expected:
             problems.append(
                 f"{name} on {host} is another file ({where}: {_shown(answer)}) than on "
-                f"{', '.join(holders)} ({_shown(reference)})"
+                f"{', '.join(holders)} ({_shown(answers[holders[0]])})"
             )
+    if not decided:
+        copies = "; ".join(f"{host}: {_shown(answers[host])}" for host in sorted(read))
+        problems.append(f"{name} differs between nodes, and no one file is on most ({copies})")
     return problems, unanswered

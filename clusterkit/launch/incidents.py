@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from clusterkit.escape import printable
 from clusterkit.launch.faults import Fault
-from clusterkit.report.escape import printable
 
 
 @dataclass

@@ -37,8 +37,11 @@ from typing import Any, TextIO
 
 from clusterkit.checks.model import Status
 from clusterkit.errors import TransportError
+from clusterkit.escape import printable
 from clusterkit.launch import failure as failures
 from clusterkit.launch import flight, stacks
+from clusterkit.launch.evidence import write_records, write_stacks
+from clusterkit.launch.job import HangReport, JobOutcome, SuperviseOptions
 from clusterkit.launch.messages import (
     ControlMessage,
     MalformedControl,
@@ -50,10 +53,8 @@ from clusterkit.launch.messages import (
 )
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.launch.progress import ProgressWatch, Sample, Straggler
-from clusterkit.launch.remedies import Remedy, remedy_for
 from clusterkit.launch.watch import Graded, grade, own_events
 from clusterkit.redact import redact_text
-from clusterkit.report.escape import printable
 from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
 from clusterkit.safefiles import PrivateFolder
 from clusterkit.status import ExitStatus, interrupted_status
@@ -65,13 +66,6 @@ FAILURE_GRACE = 2.0  # after a node fails, how long the others may report their 
 DUMP_SECONDS = 45.0  # every node's stack dumps are back by then (py-spy: ~0.1 s a rank)
 STOP_MARGIN = 8.0  # beyond the stop grace, before a node's process group is killed
 SWEEP_SECONDS = 10.0  # the sweep of a node that never confirmed its stop answers by then
-# No byte from a node for this long (its runner speaks at least every second): it is lost.
-# Ten missed beats in a row: a loaded node delays a beat by a second or two, not ten.
-NODE_TIMEOUT = 10.0
-# After the other nodes reported their end, how long one may still run with no rank printing
-# before it is stopped: a rank may still write a last checkpoint, but a node that keeps its
-# heartbeat and never reports would hold the launch forever without --time-limit.
-EXIT_WAIT = 600.0
 LAST_LINES = 20  # kept per rank for the failure report
 HUNG_STATUS = 124  # like timeout(1): the job was stopped because it made no progress
 _RANK_LINE = re.compile(rb"^\[rank(\d{1,9})\]:(.*)$", re.S)  # a rank, not a 5000-digit number
@@ -96,69 +90,6 @@ done
 def node_source() -> bytes:
     """clusterkit/node/launch.py composed with the node-side prelude."""
     return node_script("launch").encode()
-
-
-@dataclass
-class SuperviseOptions:
-    hang_timeout: float | None = None  # None: no hang detection
-    stop_grace: float = 5.0  # ranks get this long after SIGTERM before SIGKILL
-    stacks: str = "auto"  # how ranks' stacks are read: auto, py-spy, faulthandler
-    node_timeout: float = NODE_TIMEOUT
-    exit_wait: float = EXIT_WAIT
-    time_limit: float | None = None  # None: as long as it runs
-    log_dir: PrivateFolder | None = None  # checked and held open by the caller
-    out: TextIO | None = None  # where `host/rank: line` goes (default: stdout)
-    note: Callable[[str], None] = print  # clusterkit's own messages
-    on_running: Callable[[], None] | None = None  # called once every rank has printed
-    straggler_fault: bool = False  # a straggler named during the run stops it as a node fault
-    watch: bool = True  # each node's runner watches its hardware while the job runs
-    # host -> the devices its facts list (launch/watch.py node_devices): a node's hardware
-    # events name only these; None: not known (no check), every event read
-    devices: Mapping[str, frozenset[str]] | None = None
-
-
-@dataclass
-class HangReport:
-    groups: list[stacks.Group]
-    stacks: list[stacks.RankStack]
-    missing: list[str]  # hosts whose dumps did not come back
-    reason: str
-    malformed: list[str] = field(default_factory=list)  # "host: what was dropped"
-    flight: list[str] = field(default_factory=list)  # where the flight records part
-
-    @property
-    def summary(self) -> str:
-        return stacks.summary(self.groups)
-
-    @property
-    def odd_ones_out(self) -> list[str]:
-        return stacks.odd_ones_out(self.groups)
-
-
-@dataclass
-class JobOutcome:
-    status: int
-    result: str  # succeeded, failed, lost, hung, slow, stopped, interrupted
-    message: str
-    first_failure: failures.Failure | None = None
-    hang: HangReport | None = None
-    node_codes: dict[str, int | None] = field(default_factory=dict)
-    seconds: float = 0.0
-    all_failures: list[failures.Failure] = field(default_factory=list)  # every one seen
-    detected_at: float | None = None  # monotonic: the first failure, or the hang, seen
-    onset_at: float | None = None  # monotonic: when it began (a lost node's last sign of life)
-    running_at: float | None = None  # monotonic: every rank had printed (it runs)
-    evidence: str | None = None  # the --log-dir folder this attempt's logs and stacks went to
-    straggler: Straggler | None = None  # the node named as holding the job back, if any
-    hardware: list[Graded] = field(default_factory=list)  # what the watch saw, each once
-    hardware_fault: Graded | None = None  # the first watch event that stopped the job
-
-    @property
-    def remedy(self) -> Remedy | None:
-        """What to do about the first failure's error, when it is a common one (our words,
-        selected by its last lines, never quoting them)."""
-        first = self.first_failure
-        return None if first is None else remedy_for(first.last_lines)
 
 
 @dataclass
@@ -557,20 +488,8 @@ class Supervisor:
         }
         parted = flight.divergence(records)
         self.hang = HangReport(groups, parsed, missing, self.hang_reason, dropped, parted)
-        self._write_log(lambda folder: self._write_stacks(folder, parsed))
-        self._write_log(lambda folder: self._write_records(folder, records))
-
-    @staticmethod
-    def _write_stacks(folder: PrivateFolder, parsed: list[stacks.RankStack]) -> None:
-        for stack in parsed:
-            # Only checked values name the file: the host from the plan, the rank an int.
-            folder.write(f"stacks-{stack.host}-{stack.rank:d}.txt", stack.render())
-
-    @staticmethod
-    def _write_records(folder: PrivateFolder, records: Mapping[tuple[str, int], Any]) -> None:
-        for (host, rank), entries in records.items():
-            text = json.dumps({"host": host, "rank": rank, "entries": entries}, indent=1)
-            folder.write(f"flight-{host}-{rank:d}.json", text + "\n")
+        self._write_log(lambda folder: write_stacks(folder, parsed))
+        self._write_log(lambda folder: write_records(folder, records))
 
     def _abandon(self) -> None:
         """A second Ctrl-C: stop waiting for confirmations; the sweep still runs."""

@@ -1,5 +1,5 @@
 """The hardware watch, judged on the control side: what a node's launch runner saw appear
-while the job ran (clusterkit/node/launch.py, HardwareWatch), graded with `check`'s own rules.
+while the job ran (clusterkit/node/launch_watch.py, HardwareWatch), graded with `check`'s own rules.
 Pure.
 
 A fault `check` fails a node for (an Xid the catalog wants a reset or reboot for, a pending
@@ -20,9 +20,9 @@ from typing import cast
 from clusterkit.checks import gpu_health, xid
 from clusterkit.checks.model import Status
 from clusterkit.checks.xid import normal_bus_id
+from clusterkit.escape import printable
 from clusterkit.facts import GpuDevice, HostFacts, collected
 from clusterkit.launch.messages import WatchEvent
-from clusterkit.report.escape import printable
 
 GPU_KINDS = frozenset({"xid", "sxid", "gpu", "gpu-gone", "nvlink-down"})
 PORT_KINDS = frozenset({"ib-port", "ib-flap"})

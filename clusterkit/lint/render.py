@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from clusterkit.escape import printable
 from clusterkit.lint.model import Context, LintFinding, Severity
-from clusterkit.report.escape import printable
 from clusterkit.words import counted
 
 if TYPE_CHECKING:

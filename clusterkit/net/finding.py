@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.registry import CheckId
 
-STAGE = "network"
 MESSAGE_PAIRS = 6
 
 
-def finding(check_id: str, status: Status, message: str, **fields: Any) -> Finding:
-    return Finding(check_id, status, message, stage=STAGE, **fields)
+def finding(check_id: CheckId, status: Status, message: str, **fields: Any) -> Finding:
+    return Finding(check_id, status, message, **fields)
 
 
 def more(items: Sequence[object], template: str) -> str:

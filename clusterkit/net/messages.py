@@ -2,7 +2,7 @@
 what the control side sends it.
 
 A node is not trusted: each report is checked against these types where it arrives
-(`NodeSessions` in net/stage.py), so a report of the wrong shape, an unknown key included,
+(`NodeSessions` in net/sessions.py), so a report of the wrong shape, an unknown key included,
 fails that node's step with the path of the first bad value, and the stage reads typed
 reports: a renamed key is a mypy error, not a finding that silently skips. The node program
 is composed from the same checkout as the control side, so there is no version to skew;

@@ -14,6 +14,8 @@ launch). The two that cannot go that way say why in their docstrings: srun_relay
 under torchrun).
 
   prelude       the shared runtime: result frame, bounded tools, file and interface readers
+  (libraries)   code programs import beside the prelude, inserted after it, each once:
+                kernellog, nvlink, probe_* (one fact or concern each), launch_*, bench_*
   collector     stage probe: the facts
   storage       stage storage: a token file in each shared path
   net           stage network: names, listeners and the mesh, in steps
@@ -21,4 +23,6 @@ under torchrun).
   launch        command launch: the node's share of the job
   srun_relay    the srun transport: every node's commands through one job step
   bench_worker  stage bench: one rank of the collective sweep
+
+Layer: node. Start at: prelude.py.
 """

@@ -2,7 +2,7 @@
 it holds, the driver's last load and the OOM killer's kills.
 
 A node library, not a program: the probe (collector.py) reads it once per check, and the
-launch runner (launch.py) reads it again every few seconds while a job runs, so both judge
+launch runner (launch_watch.py) reads it again every few seconds while a job runs, so both judge
 the same lines the same way. A program imports it like the prelude; the node-script composer
 (clusterkit/transport/nodescript.py) inserts its text after the prelude's. Stdlib only,
 Python 3.8+, no `from __future__` (it is inserted mid-file).

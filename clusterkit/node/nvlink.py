@@ -1,7 +1,7 @@
 """NVLink as `nvidia-smi nvlink` prints it: each GPU's links and their error counters.
 
 A node library, not a program: the probe (collector.py) reads the links once per check, and
-the launch runner's hardware watch (launch.py) reads them again while a job runs, so a link
+the launch runner's hardware watch (launch_watch.py) reads them again while a job runs, so a link
 `check` calls down is the link the watch calls down. Inserted after the prelude by the
 node-script composer (clusterkit/transport/nodescript.py). Stdlib only, Python 3.8+, no
 `from __future__` (it is inserted mid-file).

@@ -1,4 +1,7 @@
-"""Reports: text (rich on a terminal), JSON (documented schema), JUnit, Prometheus, HTML."""
+"""Reports: text (rich on a terminal), JSON (documented schema), JUnit, Prometheus, HTML.
+
+Layer: report. Start at: model.py.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from clusterkit.checks.model import verdict_status
 from clusterkit.errors import UsageError
 from clusterkit.redact import redact
 from clusterkit.report.html import render_html
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
-from clusterkit.report.model import Report, verdict_status
+from clusterkit.report.model import Report
 from clusterkit.report.prometheus import render_prometheus
 from clusterkit.report.terminal import wants_color
 from clusterkit.report.text import render_plain, render_rich

@@ -23,9 +23,9 @@ from clusterkit.checks.baseline import (
 )
 from clusterkit.checks.model import Finding
 from clusterkit.errors import UsageError
+from clusterkit.escape import printable
 from clusterkit.facts import PROBE_VERSION, HostFacts
 from clusterkit.inventory.model import Expectations
-from clusterkit.report.escape import printable
 from clusterkit.report.model import Report
 from clusterkit.safefiles import why, write_file
 from clusterkit.shape import shape_problem

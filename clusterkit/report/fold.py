@@ -41,11 +41,18 @@ class Line:
     count: int = 1  # how many findings it stands for
 
 
+def _all_of(hosts: Sequence[str], everyone: Sequence[str]) -> str | None:
+    """`all 4` when `hosts` are every host of the report (and there are several), else None."""
+    if len(everyone) > 1 and set(hosts) == set(everyone):
+        return f"all {len(everyone)}"
+    return None
+
+
 def hosts_cell(hosts: Sequence[str], everyone: Sequence[str], status: Status) -> str:
     """`all 4` for every host of the report, else the folded hostlist; an OK line's is cut
     (the hosts it passed on), a problem's names every host."""
-    if len(everyone) > 1 and set(hosts) == set(everyone):
-        return f"all {len(everyone)}"
+    if every := _all_of(hosts, everyone):
+        return every
     folded = fold_hostlist(list(hosts)) or "-"
     if status in (Status.OK, Status.SKIP) and len(folded) > OK_HOSTS_SHOWN:
         return folded[: OK_HOSTS_SHOWN - 3] + "..."
@@ -54,9 +61,8 @@ def hosts_cell(hosts: Sequence[str], everyone: Sequence[str], status: Status) ->
 
 def hosts_in_prose(hosts: Sequence[str], everyone: Sequence[str]) -> str:
     """Hosts as a message names them: `all 4 hosts`, or the folded hostlist."""
-    if len(everyone) > 1 and set(hosts) == set(everyone):
-        return f"all {len(everyone)} hosts"
-    return fold_hostlist(list(hosts))
+    every = _all_of(hosts, everyone)
+    return f"{every} hosts" if every else fold_hostlist(list(hosts))
 
 
 def fold_lines(

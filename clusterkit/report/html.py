@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.names import stage_rank
 from clusterkit.hostlist import fold_hostlist
 from clusterkit.report.bench_map import bench_sections
 from clusterkit.report.gpu_map import gpu_section
@@ -20,7 +21,6 @@ from clusterkit.report.heatmap import MARK_CLASS
 from clusterkit.report.markup import NAME_MAX, text
 from clusterkit.report.mesh_map import mesh_section
 from clusterkit.report.model import Report
-from clusterkit.stagenames import stage_rank
 
 HOSTS_SHOWN = 12  # a finding's folded hosts are cut at this many names' length
 FAIL_COLOUR = "#d62728"  # the one colour of a failure; the browser test looks for it

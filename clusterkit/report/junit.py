@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.report.escape import printable
+from clusterkit.contract.names import stage_rank
+from clusterkit.escape import printable
 from clusterkit.report.model import Report
-from clusterkit.stagenames import stage_rank
 
 
 def _detail(finding: Finding) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from clusterkit.report.escape import printable
+from clusterkit.escape import printable
 
 TEXT_MAX = 2000  # characters of one message, expected/found or remedy
 NAME_MAX = 128  # characters of a host name, check id or rule

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit import __version__
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Status, verdict_status
 from clusterkit.facts import PROBE_VERSION, HostEntry
 from clusterkit.status import ExitStatus
 
@@ -62,14 +62,3 @@ class Report:
             "details": self.details,
             **({} if self.fix_plan is None else {"fix_plan": self.fix_plan}),
         }
-
-
-def verdict_status(findings: list[Finding], *, strict: bool = False) -> ExitStatus:
-    """fail beats incomplete beats pass: a definite failure is the more useful answer, and
-    "could not check" is never a pass."""
-    statuses = {finding.status for finding in findings}
-    if Status.FAIL in statuses or (strict and Status.WARN in statuses):
-        return ExitStatus.FAILED
-    if Status.ERROR in statuses:
-        return ExitStatus.INCOMPLETE
-    return ExitStatus.PASSED

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from clusterkit.environment import Environment
 
+from clusterkit.escape import printable
 from clusterkit.redact import redact_text
-from clusterkit.report.escape import printable
 from clusterkit.words import counted
 
 

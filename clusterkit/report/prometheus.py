@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 from clusterkit.checks.gpu_health import SLOWDOWN_REASONS
 from clusterkit.checks.model import Status
 from clusterkit.checks.xid import group_events
+from clusterkit.escape import printable
 from clusterkit.facts import GpuDevice, HostFacts, collected
-from clusterkit.report.escape import printable
 from clusterkit.report.model import Report
 
 LABEL_MAX = 128  # characters of a label value, after escaping control characters

@@ -7,11 +7,11 @@ from typing import IO, TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.parity import nccl_version, torch_cuda
+from clusterkit.contract.names import stage_rank
+from clusterkit.escape import printable
 from clusterkit.facts import HostFacts, collected
-from clusterkit.report.escape import printable
 from clusterkit.report.fold import Line, fold_host_rows, fold_lines, stage_counts
 from clusterkit.report.model import Report
-from clusterkit.stagenames import stage_rank
 from clusterkit.words import counted
 
 if TYPE_CHECKING:

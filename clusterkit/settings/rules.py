@@ -17,7 +17,7 @@ from clusterkit.cost.rates import ADVISOR_BUCKETS, parse_rate
 from clusterkit.cost.scenario import HAZARDS, Hazard
 from clusterkit.errors import UsageError
 from clusterkit.inventory.yamlfile import is_template
-from clusterkit.node.bench_worker import parse_size
+from clusterkit.node.bench_common import parse_size
 from clusterkit.versions import Constraint
 
 

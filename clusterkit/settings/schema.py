@@ -28,7 +28,7 @@ from clusterkit.inventory.model import (
     SlurmSettings,
 )
 from clusterkit.inventory.yamlfile import LineMap
-from clusterkit.node.bench_worker import COLLECTIVES, DTYPES, parse_size
+from clusterkit.node.bench_common import COLLECTIVES, DTYPES, parse_size
 from clusterkit.settings.rules import (
     PORT,
     Invalid,

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from clusterkit.checks.model import Status
+from clusterkit.contract.names import StageName
+from clusterkit.contract.stage import Stage
 from clusterkit.errors import UsageError
 from clusterkit.report import Report
 from clusterkit.safefiles import why, write_file
 from clusterkit.slurm.allocation import open_srun_session
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmTarget
-from clusterkit.stagenames import StageName
-from clusterkit.stages.base import Stage
 from clusterkit.transport.base import Transport
 from clusterkit.transport.srun import STEP_SECONDS, SrunSession, SrunTransport
 

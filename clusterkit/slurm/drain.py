@@ -42,7 +42,7 @@ class Action:
     reason: str  # the drain reason, or why nothing is done
 
 
-def drain_reason(check_ids: list[str], notes: Sequence[str] = ()) -> str:
+def drain_reason(check_ids: Sequence[str], notes: Sequence[str] = ()) -> str:
     """`clusterkit: ID,ID` and, when checks said what a device needs (`GPU 1 0000:38:00 Xid
     79 needs reboot`), those notes after a semicolon: an admin reading `sinfo -R` knows what
     to do. Notes hold no counts or times, so the same fault keeps the same reason."""
@@ -52,7 +52,7 @@ def drain_reason(check_ids: list[str], notes: Sequence[str] = ()) -> str:
     return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
 
 
-def decide(node: NodeState, failing: list[str], notes: Sequence[str] = ()) -> Action:
+def decide(node: NodeState, failing: Sequence[str], notes: Sequence[str] = ()) -> Action:
     """What to do with the node given the check ids that failed on it (pure)."""
     if failing:
         reason = drain_reason(failing, notes)

@@ -9,8 +9,8 @@ goes through ONE `srun` step over all nodes, opened before it and ended (or canc
 from __future__ import annotations
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.stages.base import Stage, StageResult
-from clusterkit.stages.session import Session
+from clusterkit.contract.session import Session
+from clusterkit.contract.stage import Stage, StageResult
 from clusterkit.transport.srun import SrunSession
 from clusterkit.words import counted
 

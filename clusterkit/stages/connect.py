@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.stages.base import Stage, StageResult
-from clusterkit.stages.session import Session
+from clusterkit.contract.session import Session
+from clusterkit.contract.stage import Stage, StageResult
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
 from clusterkit.words import counted

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from clusterkit.contract.session import Session
+from clusterkit.contract.stage import Stage, StageResult
 from clusterkit.report import Report
-from clusterkit.stages.base import Stage, StageResult
-from clusterkit.stages.session import Session
 
 
 def run_stages(session: Session, stages: Iterable[Stage]) -> None:

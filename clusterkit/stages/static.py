@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from clusterkit.checks import static_findings
-from clusterkit.checks.fabric import fabric_findings
-from clusterkit.checks.job_env import job_env_findings
-from clusterkit.stages.base import Stage, StageResult
-from clusterkit.stages.session import Session
+from clusterkit.contract.session import Session
+from clusterkit.contract.stage import Stage, StageResult
 
 
 class StaticStage(Stage):
@@ -29,7 +27,6 @@ class StaticStage(Stage):
             inventory.path,
             busy_mib=inventory.settings.gpu_busy_mib,
             machine_only=session.options.machine_only,
+            inventory=inventory,
         )
-        findings += job_env_findings(session.facts, inventory)
-        findings += fabric_findings(session.facts, inventory.settings.image, inventory.path)
         return StageResult(findings)

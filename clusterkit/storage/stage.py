@@ -8,9 +8,9 @@ import secrets
 from typing import TYPE_CHECKING
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.stage import Stage, StageResult, no_hosts_reason
 from clusterkit.errors import TransportError
 from clusterkit.inventory.model import Inventory
-from clusterkit.stages.base import StageResult
 from clusterkit.storage.checks import shared_findings
 from clusterkit.storage.results import Action, Answer, MalformedAnswer, Request, parse_answer
 from clusterkit.transport.base import Deadline, Transport
@@ -23,7 +23,7 @@ from clusterkit.transport.nodescript import (
 from clusterkit.transport.pool import parallel
 
 if TYPE_CHECKING:
-    from clusterkit.stages.session import Session
+    from clusterkit.contract.session import Session
 
 
 WHAT = "the shared-paths script"
@@ -96,3 +96,22 @@ def _master(inventory: Inventory) -> str:
         if master in (host.name, host.address):
             return host.name
     return master
+
+
+SHARED_SECONDS = 30.0
+
+
+class StorageStage(Stage):
+    name = "storage"
+
+    def __init__(self, seconds: float = SHARED_SECONDS) -> None:
+        self.seconds = seconds
+
+    def skip_reason(self, session: Session) -> str | None:
+        why = super().skip_reason(session) or no_hosts_reason(session)
+        if not why and not session.inventory.settings.shared_paths:
+            why = "no clusterkit.shared_paths in the inventory"
+        return why
+
+    def run(self, session: Session) -> StageResult:
+        return run_storage_stage(session, session.bounded(self.seconds))

@@ -6,9 +6,12 @@ A node program imports its runtime like any module (`from clusterkit.node.prelud
 emit, run_tool`), so it is importable and tested where clusterkit is installed. Nodes may lack
 clusterkit, so the text they are sent has that line replaced by the prelude itself: one
 stdlib-only file with the same helpers as every other node program (`node_script`). A program
-may also import a node library (LIBRARIES: code two programs share, such as the kernel-log
-parser the probe and the launch runner both read with); its text follows the prelude's, its
-own import of the prelude dropped, so two programs judge the same lines with one parser. That text
+may also import node libraries (LIBRARIES: code two programs share, such as the kernel-log
+parser the probe and the launch runner both read with, or one concern of a program, such as
+one fact of the probe), and a library other libraries; each follows the prelude's text once,
+its dependencies before it (a cycle is refused), its own imports of the prelude and of other
+libraries dropped, so two programs judge the same lines with one parser. Composed, they share
+one namespace: a top-level name two of them define is refused. That text
 goes over stdin behind BOOTSTRAP (`shipment`, `run_node_script`), or as `-c` for the srun
 relay, whose stdin is the step's conversation. Composed once per process; a regex, not
 `ast`, keeps it cheap.
@@ -26,9 +29,9 @@ import functools
 import importlib.util
 import marshal
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from clusterkit import framing
 from clusterkit.errors import TransportError
@@ -36,61 +39,186 @@ from clusterkit.transport.base import CommandResult, Deadline, Transport
 
 NODE_PACKAGE = "clusterkit.node"
 PRELUDE = f"{NODE_PACKAGE}.prelude"
-# Node modules a program may import beside the prelude: inserted after it, once each.
-LIBRARIES = ("kernellog", "nvlink")
+# Node modules a program may import beside the prelude (a library may import others): each
+# inserted once after the prelude, its dependencies before it.
+LIBRARIES = (
+    "kernellog",
+    "nvlink",
+    "probe_common",
+    "probe_gpu",
+    "probe_host",
+    "probe_python",
+    "probe_net",
+    "probe_devices",
+    "bench_common",
+    "bench_rendezvous",
+    "bench_measure",
+    "bench_result",
+    "bench_table",
+    "launch_watch",
+    "launch_sitecustomize",
+    "launch_records",
+    "launch_processes",
+)
+# Programs that frame a result of their own, with no prelude: their libraries are inserted
+# where the first import of one stood (the bench worker, which torchrun starts).
+STANDALONE = ("bench_worker",)
 # The import at the top level of a program (column 0), on one line or parenthesised.
 _IMPORT = re.compile(r"^from clusterkit\.node\.prelude import (?:\([^)]*\)|[^\n(]*)\n", re.M)
 _LIBRARY_IMPORT = re.compile(
     r"^from clusterkit\.node\.(?P<module>[a-z][a-z0-9_]*) import (?:\([^)]*\)|[^\n(]*)\n", re.M
 )
 _DOCSTRING = re.compile(r'\A"""(?:.|\n)*?"""\n')
+_FUTURE = re.compile(r"^from __future__ import annotations\n", re.M)
 _PROGRAM = re.compile(r"[a-z][a-z0-9_]*")
+# A name bound at column 0: a def, a class or an assignment (a regex, not `ast`: cheap; its
+# leading newline, not `^`, lets the engine skip to each line).
+_TOP_NAME = re.compile(r"\n(?:(?:def|class) ([A-Za-z_]\w*)|([A-Za-z_]\w*) *(?::[^=\n]*)?=(?!=))")
+
+
+@functools.cache
+def _node_file(name: str) -> str:
+    """The text of clusterkit/node/NAME, read once."""
+    return resources.files(NODE_PACKAGE).joinpath(name).read_text()
+
+
+def _marked(module: str, body: str) -> str:
+    return f"# --- {module} (inserted for the node) ---\n{body}\n# --- end of {module} ---\n"
 
 
 @functools.cache
 def prelude_source() -> str:
     """The prelude as it is inserted: its module docstring dropped, its ends marked."""
-    text = resources.files(NODE_PACKAGE).joinpath("prelude.py").read_text()
-    body = _DOCSTRING.sub("", text, count=1).strip()
-    return f"# --- {PRELUDE} (inserted for the node) ---\n{body}\n# --- end of {PRELUDE} ---\n"
+    text = _node_file("prelude.py")
+    return _marked(PRELUDE, _DOCSTRING.sub("", text, count=1).strip())
+
+
+class _Library(NamedTuple):
+    """A node library as read: its body (docstring, imports of the prelude and of other
+    libraries, `from __future__ import annotations` dropped), the libraries it imports,
+    whether it wanted annotations (then the program must start with that line, which cannot
+    land mid-file) and whether it uses the prelude."""
+
+    body: str
+    needs: tuple[str, ...]
+    future: bool
+    prelude: bool
+
+
+@functools.cache
+def _library(module: str) -> _Library:
+    if module not in LIBRARIES:
+        raise ValueError(f"not a node library: {module!r}")
+    text = _DOCSTRING.sub("", _node_file(f"{module}.py"), count=1)
+    body = _IMPORT.sub("", text, count=1)
+    needs = tuple(m.group("module") for m in _LIBRARY_IMPORT.finditer(body))
+    bare = _LIBRARY_IMPORT.sub("", _FUTURE.sub("", body)).strip()
+    return _Library(bare, needs, bool(_FUTURE.search(body)), body != text)
 
 
 @functools.cache
 def library_source(module: str) -> str:
-    """A node library as it is inserted: its docstring and its import of the prelude dropped
-    (the prelude is already there), its ends marked."""
-    if module not in LIBRARIES:
-        raise ValueError(f"not a node library: {module!r}")
-    text = resources.files(NODE_PACKAGE).joinpath(f"{module}.py").read_text()
-    body = _IMPORT.sub("", _DOCSTRING.sub("", text, count=1), count=1).strip()
-    if _LIBRARY_IMPORT.search(body):
-        raise ValueError(f"the node library {module} imports another node module")
-    name = f"{NODE_PACKAGE}.{module}"
-    return f"# --- {name} (inserted for the node) ---\n{body}\n# --- end of {name} ---\n"
+    """A node library as it is inserted: its docstring and its imports of the prelude and
+    of other libraries dropped (those are inserted before it), its ends marked."""
+    return _marked(f"{NODE_PACKAGE}.{module}", _library(module).body)
 
 
-@functools.cache
-def compose(source: str) -> str:
-    """`source` with its one top-level prelude import replaced by the prelude, followed by
-    the node libraries it imports (each import line removed)."""
-    found = list(_IMPORT.finditer(source))
-    if len(found) != 1:
-        raise ValueError(f"a node script imports {PRELUDE} once at its top level, not {len(found)}")
-    libraries: dict[str, str] = {}
+def library_order(
+    modules: Sequence[str], imports: Callable[[str], Sequence[str]] | None = None
+) -> list[str]:
+    """`modules` and every library they import (`imports`: a library's own imports, read
+    from its file unless given), each once, dependencies first (a depth-first topological
+    order); ValueError naming a cycle, or a module that is no library."""
+    needs = imports or (lambda module: _library(module).needs)
+    order: list[str] = []
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in order:
+            return
+        if module in path:
+            cycle = " -> ".join([*path[path.index(module) :], module])
+            raise ValueError(f"node libraries import each other in a cycle: {cycle}")
+        path.append(module)
+        for needed in needs(module):
+            visit(needed)
+        path.pop()
+        order.append(module)
+
+    for module in modules:
+        visit(module)
+    return order
+
+
+def top_level_names(text: str) -> set[str]:
+    """Names a module binds at column 0 (defs, classes, assignments)."""
+    return {m.group(1) or m.group(2) for m in _TOP_NAME.finditer("\n" + text)}
+
+
+def refuse_clashes(parts: dict[str, str]) -> None:
+    """Composed, every module shares one namespace: a name two of them bind would silently
+    override the first, so it is refused."""
+    owner: dict[str, str] = {}
+    for module, text in parts.items():
+        for name in sorted(top_level_names(text)):
+            if name in owner:
+                raise ValueError(f"{name!r} is defined by both {owner[name]} and {module}")
+            owner[name] = module
+
+
+def _insertion(source: str, *, prelude: bool) -> tuple[str, str]:
+    """The source with its imports of node libraries removed, and what goes in their
+    place: the prelude (if wanted) then each library, dependencies first."""
+    wanted: list[str] = []
 
     def take(match: re.Match[str]) -> str:
         module = match.group("module")
         if module == "prelude":
             return match.group(0)
-        if module in libraries:
+        if module in wanted:
             raise ValueError(f"a node script imports {NODE_PACKAGE}.{module} twice")
-        libraries[module] = library_source(module)  # ValueError for a module that is none
+        wanted.append(module)
         return ""
 
     source = _LIBRARY_IMPORT.sub(take, source)
+    order = library_order(wanted)
+    if not prelude and any(_library(m).prelude for m in order):
+        raise ValueError("a node library uses the prelude; a standalone program has none")
+    if any(_library(m).future for m in order) and not _FUTURE.search(source):
+        raise ValueError(
+            "a node library wants `from __future__ import annotations`; the program lacks it"
+        )
+    parts = {NODE_PACKAGE + "." + m: _library(m).body for m in order}
+    if prelude:
+        parts = {PRELUDE: prelude_source(), **parts}
+    refuse_clashes({**parts, "the program": source})
+    head = prelude_source() if prelude else ""
+    return source, head + "".join(library_source(m) for m in order)
+
+
+@functools.cache
+def compose(source: str) -> str:
+    """`source` with its one top-level prelude import replaced by the prelude, followed by
+    the node libraries it imports and theirs (each import line removed)."""
     found = list(_IMPORT.finditer(source))
-    inserted = prelude_source() + "".join(libraries.values())
+    if len(found) != 1:
+        raise ValueError(f"a node script imports {PRELUDE} once at its top level, not {len(found)}")
+    source, inserted = _insertion(source, prelude=True)
+    found = list(_IMPORT.finditer(source))
     return source[: found[0].start()] + inserted + source[found[0].end() :]
+
+
+@functools.cache
+def compose_standalone(source: str) -> str:
+    """`source`, which imports no prelude, with the node libraries it imports (and theirs)
+    inserted where its first import of one stood."""
+    if _IMPORT.search(source):
+        raise ValueError(f"a standalone node program imports no {PRELUDE}")
+    first = _LIBRARY_IMPORT.search(source)
+    if first is None:
+        return source
+    source, inserted = _insertion(source, prelude=False)
+    return source[: first.start()] + inserted + source[first.start() :]
 
 
 @functools.cache
@@ -98,7 +226,8 @@ def node_script(program: str) -> str:
     """The composed text of the node program clusterkit/node/PROGRAM.py, e.g. "collector"."""
     if not _PROGRAM.fullmatch(program) or program == "prelude" or program in LIBRARIES:
         raise ValueError(f"not a node program: {program!r}")
-    return compose(resources.files(NODE_PACKAGE).joinpath(f"{program}.py").read_text())
+    text = _node_file(f"{program}.py")
+    return compose_standalone(text) if program in STANDALONE else compose(text)
 
 
 # How every node script starts: `python -S -c BOOTSTRAP LENGTH CODE_LENGTH ARGS_LENGTH MAGIC`,

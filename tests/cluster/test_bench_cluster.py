@@ -21,7 +21,7 @@ import pytest
 from clusterkit.bench.launcher import BenchOptions, BenchOutcome, launch_bench
 from clusterkit.bench.nccltests import parse_table
 from clusterkit.checks.model import Status
-from clusterkit.inventory.loader import load_inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
@@ -53,10 +53,11 @@ def _launch(path: Path, seconds: float, **options) -> BenchOutcome:
         connections.close()
 
 
-def assert_nothing_left(cluster: NetCluster, run_ids: tuple[str, ...] = ("",)) -> None:
-    """No torchrun, rank or node script, and no run directory (of these runs: other test
-    sessions on this machine may be running their own), left on any node (sshd reaps
-    sessions lazily, so give it a few seconds)."""
+def assert_nothing_left(cluster: NetCluster, run_ids: tuple[str, ...]) -> None:
+    """No torchrun, rank or node script, and no run directory of these runs (only theirs:
+    other test sessions on this machine may be running their own), left on any node (sshd
+    reaps sessions lazily, so give it a few seconds)."""
+    assert all(run_ids), "name the runs: an empty id would match every run's folder"
     deadline = time.monotonic() + 8
     while True:
         leftovers = {n.name: [p.command for p in n.processes()] for n in cluster.nodes}
@@ -93,7 +94,7 @@ def test_three_nodes_pass_and_the_table_matches_the_json(
             assert ours[place]["nwrong"] == 0 and ours[place]["bus_bw"] > 0
     assert table["out_of_bounds"]["count"] == 0
     assert all(node.ok for node in outcome.nodes)
-    assert_nothing_left(cluster)
+    assert_nothing_left(cluster, (outcome.run_id,))
 
 
 def test_impossible_threshold_fails_with_its_source(cluster: NetCluster, tmp_path: Path) -> None:
@@ -109,7 +110,7 @@ def test_impossible_threshold_fails_with_its_source(cluster: NetCluster, tmp_pat
     gate = report["details"]["bench"]["result"]["gate"]
     assert gate["threshold_source"] == "NCCL_TESTS_MIN_BW"
     assert gate["threshold"] == pytest.approx(90000)  # the nccl-tests 0.9 rule
-    assert_nothing_left(cluster)
+    assert_nothing_left(cluster, (report["details"]["bench"]["run_id"],))
 
 
 def test_sweep_timeout_and_threshold_come_from_the_inventory(
@@ -125,14 +126,14 @@ def test_sweep_timeout_and_threshold_come_from_the_inventory(
     assert [row["size"] for row in result["results"]] == [256 * 1024, 512 * 1024, 1024 * 1024]
     assert result["config"]["iters"] == 10
     assert result["gate"]["threshold_source"] == "inventory"
-    assert_nothing_left(cluster)
+    assert_nothing_left(cluster, (json.loads(done.stdout)["details"]["bench"]["run_id"],))
 
 
 def test_inventory_threshold_is_used_and_reported(cluster: NetCluster, tmp_path: Path) -> None:
     outcome = _launch(_inventory(cluster, tmp_path, bench={"min_busbw": 1e6}), 120)
     assert _by_id(outcome)["bench.busbw"].status is Status.FAIL
     assert outcome.result["gate"]["threshold_source"] == "inventory"
-    assert_nothing_left(cluster)
+    assert_nothing_left(cluster, (outcome.run_id,))
 
 
 def test_killing_the_worker_on_one_node_names_it_and_leaves_nothing(
@@ -166,7 +167,7 @@ def test_killing_the_worker_on_one_node_names_it_and_leaves_nothing(
     assert failed.hosts == ["node2"], failed.message
     assert "rank 1 on node2 died (signal 9 SIGKILL)" in failed.message
     assert outcome.result is None
-    assert_nothing_left(cluster)
+    assert_nothing_left(cluster, (outcome.run_id,))
 
 
 def _measuring(node: Node) -> bool:

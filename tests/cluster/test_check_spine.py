@@ -257,7 +257,7 @@ def test_ctrl_c_leaves_nothing_running_remotely(
 def test_large_output_on_both_streams_does_not_deadlock(
     cluster: NetCluster, cluster_inventory: Path, policy: str
 ) -> None:
-    from clusterkit.inventory import load_inventory
+    from clusterkit.settings.loader import load_inventory
     from clusterkit.transport.base import Deadline
     from clusterkit.transport.connect import connect_all
     from clusterkit.transport.endpoint import ConnectOptions

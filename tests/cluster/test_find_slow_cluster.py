@@ -22,7 +22,7 @@ import pytest
 from clusterkit.bench.findslow import find_slow_nodes
 from clusterkit.bench.launcher import BenchOptions
 from clusterkit.checks.model import Status
-from clusterkit.inventory.loader import load_inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions

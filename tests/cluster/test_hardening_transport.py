@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from clusterkit.errors import TransportError
-from clusterkit.inventory import load_inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport import ssh
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.connect import connect_all

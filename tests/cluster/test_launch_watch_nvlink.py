@@ -16,7 +16,7 @@ from tests.cluster.test_launch_watch import NODE3_GPU, wait_stderr
 from tests.support.netcluster import NetCluster
 
 LINKS = [26.562] * 18  # an H100's links as the driver prints their speed, GB/s
-SMI_SECONDS = 20.0  # clusterkit/node/launch.py: how often the watch asks nvidia-smi
+SMI_SECONDS = 20.0  # clusterkit/node/launch_watch.py: how often the watch asks nvidia-smi
 
 
 def test_a_link_up_at_the_start_and_down_mid_run_stops_the_job_as_that_nodes_fault(

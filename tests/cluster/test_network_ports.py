@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.session import Session
 from clusterkit.framing import FrameError, decode
-from clusterkit.inventory.loader import load_inventory
-from clusterkit.net.stage import run_network_stage
-from clusterkit.stages.session import Session
+from clusterkit.net.steps import run_network_stage
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions

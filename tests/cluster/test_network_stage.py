@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.session import Session
 from clusterkit.framing import FrameError, decode
-from clusterkit.inventory.loader import load_inventory
-from clusterkit.net.stage import run_network_stage
-from clusterkit.stages.session import Session
+from clusterkit.net.steps import run_network_stage
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
@@ -438,10 +438,10 @@ def test_a_node_too_slow_for_the_facts_bound_does_not_hold_up_the_others(
     """node3's interpreter takes 30 s to start; with the facts step bounded at 2 s it is
     reported and killed, while the other nodes, which have been waiting for their plan since
     their own facts, still run the mesh among themselves."""
-    from clusterkit.net import stage
+    from clusterkit.net import steps
 
-    monkeypatch.setattr(stage, "FACTS_SECONDS", 1.0)
-    monkeypatch.setattr(stage, "TRANSPORT_MARGIN", 1.0)
+    monkeypatch.setattr(steps, "FACTS_SECONDS", 1.0)
+    monkeypatch.setattr(steps, "TRANSPORT_MARGIN", 1.0)
     slow = tmp_path / "slow-python3"
     slow.write_text(f'#!/bin/sh\nsleep 30\nexec {NODE_PYTHON} "$@"\n')
     slow.chmod(0o755)

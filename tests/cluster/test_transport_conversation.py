@@ -1,5 +1,6 @@
-"""One transport contract, run over every transport: SSH to a real node, local, and srun in a
-real Slurm allocation (as testinfra runs its command tests over every backend).
+"""One transport contract, run over every transport: SSH to a real node, local, srun in a
+real Slurm allocation (as testinfra runs its command tests over every backend), and the unit
+tests' fake (tests/support/fake_transport.py), so what the unit tests stand in for holds too.
 
 `run` feeds stdin and returns the exit; a deadline kills the command where it runs; a spent
 deadline starts nothing; a program that cannot run is exit 127. `start` talks to a running
@@ -20,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import TransportError
-from clusterkit.inventory import load_inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline, Transport
 from clusterkit.transport.connect import connect_all
 from clusterkit.transport.endpoint import ConnectOptions
 from clusterkit.transport.local import LocalTransport
 from clusterkit.transport.srun import SrunSession
+from tests.support.fake_transport import FakeTransport
 from tests.support.netcluster import NetCluster, Node, unavailable_reason
 from tests.support.slurmcluster import SlurmCluster
 from tests.support.slurmcluster import unavailable_reason as slurm_unavailable_reason
@@ -61,11 +63,14 @@ def slurm_node() -> Iterator[SlurmCluster]:
         yield built
 
 
-@pytest.fixture(params=["ssh", "local", pytest.param("srun", marks=pytest.mark.slurm)])
+@pytest.fixture(params=["ssh", "local", "fake", pytest.param("srun", marks=pytest.mark.slurm)])
 def endpoint(request: pytest.FixtureRequest) -> Iterator[Endpoint]:
-    """A transport and a function listing the test's processes still alive where it runs."""
+    """A transport and a function listing the test's processes still alive where it runs.
+    "fake" is the unit tests' FakeTransport with nothing scripted: held to the same contract."""
     if request.param == "local":
         yield LocalTransport("local"), _local_leftovers
+    elif request.param == "fake":
+        yield FakeTransport("fake"), _local_leftovers
     elif request.param == "srun":
         yield from _srun_endpoint(request.getfixturevalue("slurm_node"))
     else:

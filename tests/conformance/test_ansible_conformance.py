@@ -20,7 +20,7 @@ import jinja2
 import pytest
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import load_inventory
+from clusterkit.settings.loader import load_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "inventories"

@@ -14,9 +14,9 @@ import docker
 import pytest
 
 from clusterkit.checks.model import Status
+from clusterkit.contract.session import Session
 from clusterkit.image.stage import run_image_stage
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
-from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.local import LocalTransport
 from tests.docker.conftest import BuiltImage

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from clusterkit.bench.results import parse_result
-from clusterkit.node import bench_worker
+from clusterkit.node import bench_result, bench_worker
 
 # A real run: 3 gloo ranks on one machine, all four collectives, 64K to 1M by 4
 # (`torchrun --nproc-per-node 3 bench_worker.py -b 64K -e 1M -f 4 -n 3 -w 1
@@ -59,7 +59,7 @@ def worker_result(
     args = bench_worker.build_parser().parse_args(["--collective", collective])
     context = (list(sizes), args, 4, ranks, devices, "gloo", _TORCH, 1.7e9)
     result = json.loads(
-        json.dumps(bench_worker._collective_result(collective, gathered, "", context))
+        json.dumps(bench_result._collective_result(collective, gathered, "", context))
     )
     assert parse_result(result) == result
     return result

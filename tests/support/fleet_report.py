@@ -15,7 +15,7 @@ from typing import Any
 from clusterkit.checks.model import Finding, Status
 from clusterkit.facts import HostEntry, parse_facts
 from clusterkit.net.matrix import build_matrix
-from clusterkit.node.collector import parse_kernel_log
+from clusterkit.node.kernellog import parse_kernel_log
 from clusterkit.report.model import Report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

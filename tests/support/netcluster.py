@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from clusterkit.node.collector import BASE_GPU_FIELDS, COMPUTE_APPS_QUERY, GPU_FIELDS
+from clusterkit.node.probe_gpu import BASE_GPU_FIELDS, COMPUTE_APPS_QUERY, GPU_FIELDS
 
 STATE_DIR = Path("/run/netcluster")
 SUBNET_PREFIX = "10.213"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.bench import gate
+from clusterkit.bench import gate, thresholds
 from clusterkit.bench.attribution import collective_findings
 from clusterkit.bench.nccltests import format_tables, parse_table
 from clusterkit.checks.model import Status
-from clusterkit.node.bench_worker import bandwidths, bus_factor, parse_collectives, row_shape
+from clusterkit.node.bench_common import bandwidths, bus_factor, parse_collectives, row_shape
 from tests.support.bench_results import worker_result
 
 
@@ -76,7 +76,7 @@ def test_each_collective_has_its_own_gate_and_finding() -> None:
         _one("alltoall", 1.0),  # busbw 1.12: passes 1.0, would fail 2.0
         {**_one("reduce_scatter", 1.0), "results": [], "unsupported": "no reduce_scatter"},
     ]
-    threshold = gate.Threshold(2.0, "--min-busbw", "--min-busbw 2")
+    threshold = thresholds.Threshold(2.0, "--min-busbw", "--min-busbw 2")
     found = {f.id: f for f in collective_findings(result, threshold, None, ["node1"])}
     assert found["bench.busbw"].status is Status.OK
     assert found["bench.busbw-all_gather"].status is Status.FAIL

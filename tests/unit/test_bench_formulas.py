@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.node.bench_worker import (
-    _parse_barrier_failure,
-    bandwidths,
-    bus_factor,
-    parse_size,
-    size_sweep,
-    summarise,
-)
+from clusterkit.node.bench_common import bandwidths, bus_factor, parse_size, size_sweep
+from clusterkit.node.bench_rendezvous import _parse_barrier_failure
+from clusterkit.node.bench_result import summarise
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.bench import gate
+from clusterkit.bench import gate, nccllog, thresholds
 from clusterkit.bench.attribution import NodeRun, failure_findings, read_node, split_nccl_logs
 from clusterkit.checks.model import Status
 from clusterkit.facts import HostFacts, parse_facts
@@ -40,15 +40,15 @@ IB400 = [("ACTIVE", 400, "InfiniBand")] * 8
 
 
 def test_table_ships_with_the_package() -> None:
-    table = gate.threshold_table()
+    table = thresholds.threshold_table()
     assert table["gate_fraction"] == 0.9
     assert table["per_rdma_nic_gbps"]["400"]["healthy"][0] == 46
     assert table["source"] and table["date"]
 
 
 def test_single_node_nvlink_h100_default() -> None:
-    fabric = gate.detect_fabric({"n1": _node()})
-    threshold = gate.fabric_default(fabric)
+    fabric = thresholds.detect_fabric({"n1": _node()})
+    threshold = thresholds.fabric_default(fabric)
     assert threshold.value == pytest.approx(0.9 * 365)
     assert threshold.source == "fabric default"
     assert "NVLink" in threshold.detail and "H100" in threshold.detail
@@ -57,38 +57,38 @@ def test_single_node_nvlink_h100_default() -> None:
 def test_multi_node_ib_takes_the_weaker_of_nvlink_and_nics() -> None:
     eight_200 = [("ACTIVE", 200, "InfiniBand")] * 8
     facts = {"n1": _node(ports=IB400), "n2": _node(ports=eight_200)}
-    fabric = gate.detect_fabric(facts)
+    fabric = thresholds.detect_fabric(facts)
     assert fabric.rdma_port_rates == (200.0,) * 8  # the poorest node decides
-    assert gate.fabric_default(fabric).value == pytest.approx(0.9 * 8 * 24)
-    both_400 = gate.detect_fabric({"n1": _node(ports=IB400), "n2": _node(ports=IB400)})
-    assert gate.fabric_default(both_400).value == pytest.approx(0.9 * 365)  # NVLink bound
+    assert thresholds.fabric_default(fabric).value == pytest.approx(0.9 * 8 * 24)
+    both_400 = thresholds.detect_fabric({"n1": _node(ports=IB400), "n2": _node(ports=IB400)})
+    assert thresholds.fabric_default(both_400).value == pytest.approx(0.9 * 365)  # NVLink bound
 
 
 def test_down_ports_do_not_count_and_roce_is_named() -> None:
     ports = [("DOWN", 400, "InfiniBand"), ("ACTIVE", 100, "Ethernet")]
-    fabric = gate.detect_fabric({"n1": _node(ports=ports), "n2": _node(ports=ports)})
-    threshold = gate.fabric_default(fabric)
+    fabric = thresholds.detect_fabric({"n1": _node(ports=ports), "n2": _node(ports=ports)})
+    threshold = thresholds.fabric_default(fabric)
     assert threshold.value == pytest.approx(0.9 * 12)
     assert "RoCE" in threshold.detail
 
 
 def test_multi_node_without_rdma_is_tcp() -> None:
-    fabric = gate.detect_fabric({"n1": _node(), "n2": _node()})
-    threshold = gate.fabric_default(fabric)
+    fabric = thresholds.detect_fabric({"n1": _node(), "n2": _node()})
+    threshold = thresholds.fabric_default(fabric)
     assert threshold.value == pytest.approx(0.9 * 4)
     assert "TCP" in threshold.detail
 
 
 def test_pcie_only_and_unknown_nvlink() -> None:
-    pcie = gate.detect_fabric({"n1": _node(gpus=4, model="NVIDIA L4", nvlink=False)})
-    assert gate.fabric_default(pcie).value == pytest.approx(0.9 * 24)
-    unknown = gate.detect_fabric({"n1": _node(gpus=4, model="NVIDIA L4", nvlink=None)})
-    assert gate.fabric_default(unknown).value is None
+    pcie = thresholds.detect_fabric({"n1": _node(gpus=4, model="NVIDIA L4", nvlink=False)})
+    assert thresholds.fabric_default(pcie).value == pytest.approx(0.9 * 24)
+    unknown = thresholds.detect_fabric({"n1": _node(gpus=4, model="NVIDIA L4", nvlink=None)})
+    assert thresholds.fabric_default(unknown).value is None
 
 
 def test_cpu_has_no_default() -> None:
-    fabric = gate.detect_fabric({"n1": {"gpus": {"count": 0, "devices": []}}})
-    assert gate.fabric_default(fabric).value is None
+    fabric = thresholds.detect_fabric({"n1": {"gpus": {"count": 0, "devices": []}}})
+    assert thresholds.fabric_default(fabric).value is None
 
 
 def _resolve(**overrides):
@@ -96,11 +96,11 @@ def _resolve(**overrides):
         "flag": None,
         "environ": {},
         "inventory_min_busbw": None,
-        "fabric": gate.detect_fabric({"n1": _node()}),
+        "fabric": thresholds.detect_fabric({"n1": _node()}),
         "backend": "nccl",
     }
     arguments.update(overrides)
-    return gate.resolve_threshold(**arguments)
+    return thresholds.resolve_threshold(**arguments)
 
 
 def test_precedence_flag_env_inventory_fabric() -> None:
@@ -131,13 +131,13 @@ def _result(times: list[float]) -> dict:
 def test_verdict_reads_the_slowest_rank() -> None:
     result = _result([0.010, 0.010, 0.020])
     slowest_busbw = result["results"][0]["slowest"]["bus_bw"]
-    verdict = gate.evaluate(result, gate.Threshold(slowest_busbw * 1.01, "--min-busbw", "x"))
+    verdict = gate.evaluate(result, thresholds.Threshold(slowest_busbw * 1.01, "--min-busbw", "x"))
     assert verdict.passed is False
     assert verdict.slowest_host == "node3"
     finding = gate.busbw_finding(verdict, ["node1", "node2", "node3"])
     assert finding.status is Status.FAIL and finding.hosts == ["node3"]
     assert "--min-busbw" not in finding.message or "x" in finding.message
-    passing = gate.evaluate(result, gate.Threshold(slowest_busbw * 0.99, "--min-busbw", "x"))
+    passing = gate.evaluate(result, thresholds.Threshold(slowest_busbw * 0.99, "--min-busbw", "x"))
     assert passing.passed is True
     assert gate.busbw_finding(passing, ["node1"]).status is Status.OK
 
@@ -149,16 +149,16 @@ def test_gate_size_picks_the_largest_row_that_fits() -> None:
 
 
 def test_one_rank_is_not_applicable_and_no_threshold_reports_only() -> None:
-    guessed = gate.Threshold(1.0, "fabric default", "x")
+    guessed = thresholds.Threshold(1.0, "fabric default", "x")
     single = gate.evaluate(_result([0.01]), guessed)
     assert single.passed is None and gate.busbw_finding(single, ["a"]).status is Status.SKIP
-    report = gate.evaluate(_result([0.01, 0.01]), gate.Threshold(None, "none", "gloo"))
+    report = gate.evaluate(_result([0.01, 0.01]), thresholds.Threshold(None, "none", "gloo"))
     assert report.passed is None and gate.busbw_finding(report, ["a"]).status is Status.OK
 
 
 @pytest.mark.parametrize("source", ["--min-busbw", "NCCL_TESTS_MIN_BW", "inventory"])
 def test_one_rank_fails_closed_against_a_threshold_the_user_set(source: str) -> None:
-    single = gate.evaluate(_result([0.01]), gate.Threshold(40.0, source, f"{source} 40"))
+    single = gate.evaluate(_result([0.01]), thresholds.Threshold(40.0, source, f"{source} 40"))
     assert single.passed is False
     finding = gate.busbw_finding(single, ["a"])
     assert finding.status is Status.FAIL and "cannot be met" in finding.message
@@ -193,29 +193,29 @@ gpu1:20:31 [0] NCCL WARN NET/IB : Got async event : port error
 
 
 def test_nccl_log_parsing() -> None:
-    socket = gate.parse_nccl_log(SOCKET_LOG)
+    socket = nccllog.parse_nccl_log(SOCKET_LOG)
     assert socket.version == "2.16.5+cuda11.8"
     assert socket.networks == {"Socket"}
     assert socket.socket_interfaces == ["eth0", "virbr0"]
-    ib = gate.parse_nccl_log(IB_LOG)
+    ib = nccllog.parse_nccl_log(IB_LOG)
     assert ib.networks == {"IB"} and ib.ib_devices == ["mlx5_0:1", "mlx5_1:1"]
     assert ib.warnings == ["NET/IB : Got async event : port error"]
 
 
 def test_socket_transport_with_ib_present_warns_for_that_host() -> None:
-    logs = {"n1": gate.parse_nccl_log(SOCKET_LOG), "n2": gate.parse_nccl_log(IB_LOG)}
+    logs = {"n1": nccllog.parse_nccl_log(SOCKET_LOG), "n2": nccllog.parse_nccl_log(IB_LOG)}
     facts = {"n1": _node(ports=IB400), "n2": _node(ports=IB400)}
-    finding = gate.socket_transport_finding(logs, facts)
+    finding = nccllog.socket_transport_finding(logs, facts)
     assert finding is not None and finding.hosts == ["n1"] and finding.status is Status.WARN
     no_ib = {"n1": _node(), "n2": _node()}
-    assert gate.socket_transport_finding(logs, no_ib) is None
+    assert nccllog.socket_transport_finding(logs, no_ib) is None
 
 
 def test_debug_only_variables_warn() -> None:
-    finding = gate.debug_vars_finding({"n1": {"NCCL_P2P_DISABLE": "1"}, "n2": {"PATH": "/bin"}})
+    finding = nccllog.debug_vars_finding({"n1": {"NCCL_P2P_DISABLE": "1"}, "n2": {"PATH": "/bin"}})
     assert finding is not None and finding.hosts == ["n1"]
     assert "NCCL_P2P_DISABLE=1" in finding.message
-    assert gate.debug_vars_finding({"n1": {"NCCL_DEBUG": "INFO"}}) is None
+    assert nccllog.debug_vars_finding({"n1": {"NCCL_DEBUG": "INFO"}}) is None
 
 
 def _run(host: str, rank: int, stderr: bytes, code: int | None, ended: float, killed=False):

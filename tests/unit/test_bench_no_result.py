@@ -8,10 +8,9 @@ import pytest
 from clusterkit.bench.attribution import NodeRun, judge, read_node
 from clusterkit.bench.findslow import _group_result
 from clusterkit.bench.options import BenchOptions
-from clusterkit.checks.model import Status
+from clusterkit.checks.model import Status, verdict_status
 from clusterkit.framing import encode
 from clusterkit.inventory.model import Host, Inventory
-from clusterkit.report.model import verdict_status
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import CommandResult, Deadline
 from tests.support.bench_results import recorded

@@ -6,11 +6,12 @@ import pytest
 
 from clusterkit import cli
 from clusterkit.bench.findslow import global_deadline
-from clusterkit.bench.gate import Threshold
+from clusterkit.bench.flags import bench_options
 from clusterkit.bench.launcher import BenchOptions
 from clusterkit.bench.pernode import NodeBusbw, judge_nodes, node_threshold
+from clusterkit.bench.thresholds import Threshold
 from clusterkit.checks.model import Status
-from clusterkit.commands.bench import bench_options
+from clusterkit.cli import bench
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
 from clusterkit.transport.base import Deadline
@@ -91,10 +92,13 @@ def test_node_threshold_from_the_node_facts() -> None:
 def test_per_node_needs_two_ranks_per_node() -> None:
     for argv in (["bench", "--per-node"], ["bench", "--per-node", "--nproc-per-node", "1"]):
         with pytest.raises(UsageError, match="--per-node: needs --nproc-per-node 2 or more"):
-            bench_options(cli.parse(argv), BenchSettings(), {})
+            bench_options(bench.request(cli.parse(argv)).flags, BenchSettings(), {})
     argv = ["bench", "--per-node", "--nproc-per-node", "2"]
-    assert bench_options(cli.parse(argv), BenchSettings(), {}).per_node is True
-    assert bench_options(cli.parse(["bench"]), BenchSettings(), {}).per_node is False
+    assert bench_options(bench.request(cli.parse(argv)).flags, BenchSettings(), {}).per_node is True
+    assert (
+        bench_options(bench.request(cli.parse(["bench"])).flags, BenchSettings(), {}).per_node
+        is False
+    )
 
 
 def test_the_global_run_leaves_per_node_half_the_time() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from clusterkit import cli
+from clusterkit.bench.flags import bench_options, bench_timeout
 from clusterkit.bench.launcher import BenchOptions
-from clusterkit.commands.bench import bench_options, bench_timeout
+from clusterkit.cli import bench
 from clusterkit.errors import UsageError
 from clusterkit.inventory.model import BenchSettings
 
@@ -39,7 +40,7 @@ def _sweep(options: BenchOptions) -> tuple:
 
 
 def test_without_flags_bench_runs_what_the_check_stage_runs() -> None:
-    args = cli.parse(["bench"])
+    args = bench.request(cli.parse(["bench"])).flags
     from_bench = bench_options(args, SETTINGS, {})
     from_check = BenchOptions.from_settings(SETTINGS)
     assert _sweep(from_bench) == _sweep(from_check)
@@ -55,7 +56,7 @@ def test_the_inventory_threshold_reaches_the_gate_not_the_flag() -> None:
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    args = cli.parse(["bench"])
+    args = bench.request(cli.parse(["bench"])).flags
     options = bench_options(args, BenchSettings(), {})
     assert _sweep(options) == ("1M", "16M", 2, 20, 5, "float", None, None, 60.0)
     assert bench_timeout(args, BenchSettings()) == 300.0
@@ -63,10 +64,9 @@ def test_defaults_are_the_documented_ones() -> None:
 
 
 def test_flags_win_over_the_inventory() -> None:
-    args = cli.parse(
-        ["bench", "-b", "1K", "-e", "64K", "-n", "3", "-d", "float", "--timeout", "20",
-         "--join-timeout", "5", "--gate-size", "32K", "--min-busbw", "2"]
-    )  # fmt: skip
+    argv = ["bench", "-b", "1K", "-e", "64K", "-n", "3", "-d", "float", "--timeout", "20",
+            "--join-timeout", "5", "--gate-size", "32K", "--min-busbw", "2"]  # fmt: skip
+    args = bench.request(cli.parse(argv)).flags
     options = bench_options(args, SETTINGS, {})
     assert _sweep(options) == ("1K", "64K", 4, 3, 1, "float", 32 * 1024, 2.0, 5.0)
     assert bench_timeout(args, SETTINGS) == 20.0
@@ -74,4 +74,4 @@ def test_flags_win_over_the_inventory() -> None:
 
 def test_a_flag_against_the_inventory_sweep_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match=r"smallest size 64M .* larger than the largest 8M"):
-        bench_options(cli.parse(["bench", "-b", "64M"]), SETTINGS, {})
+        bench_options(bench.request(cli.parse(["bench", "-b", "64M"])).flags, SETTINGS, {})

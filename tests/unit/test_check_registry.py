@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.checks.model import Finding, Status
 from clusterkit.checks.registry import CHECKS, describe
-from tests.support import check_ids
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ("checks.md", "network.md", "bench.md", "images.md", "launch.md")
@@ -50,13 +48,28 @@ def test_checks_md_points_to_the_pages_of_the_stage_ids() -> None:
     assert all(f"({page})" in text for page in PAGES[1:])
 
 
-def test_an_unregistered_id_from_clusterkit_code_is_caught() -> None:
-    """The guard every test runs under (tests/conftest.py) sees ids clusterkit creates,
-    not ids a test makes up."""
-    check_ids.take()
-    Finding("made.up", Status.OK, "a test's own finding")
-    assert check_ids.take() == {}
-    from clusterkit.checks.model import over_hosts
+def test_an_unregistered_id_is_a_type_error_where_the_finding_is_made(tmp_path: Path) -> None:
+    """A Finding's id is a CheckId: mypy refuses a misspelled one, and an id computed from
+    text, before any test runs; a registered id passes."""
+    from mypy import api
 
-    over_hosts("made.up", {}, ["n1"], ok="ok", failed="failed")
-    assert check_ids.take() == {"made.up": "clusterkit.checks.model"}
+    source = tmp_path / "made_up.py"
+    source.write_text(
+        "from clusterkit.checks.model import Finding, Status\n"
+        "ok = Finding('net.mesh', Status.OK, 'registered')\n"
+        "typo = Finding('net.mesch', Status.OK, 'misspelled')\n"
+        "def computed(name: str) -> Finding:\n"
+        "    return Finding(f'net.{name}', Status.OK, 'computed')\n"
+    )
+    out, _, status = api.run(
+        [
+            "--no-incremental",
+            "--cache-dir=/dev/null",
+            "--follow-imports=silent",
+            "--python-version=3.10",
+            str(source),
+        ]
+    )
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1
+    assert [line.split(":")[1] for line in errors] == ["3", "5"], out

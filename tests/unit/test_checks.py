@@ -490,3 +490,21 @@ def test_facts_fixtures_are_not_mutated_between_tests() -> None:
     first["node1"]["gpus"]["count"] = 0
     assert healthy(1)["node1"]["gpus"]["count"] == 8
     assert copy.deepcopy(facts("healthy-h100")) == facts("healthy-h100")
+
+
+def test_the_static_table_says_which_checks_compare_nodes() -> None:
+    """check runs every static check; node-check (scope "node") none that compares nodes,
+    chosen by the table's scopes, never by the ids' prefixes."""
+    from clusterkit.checks import STATIC_CHECKS
+    from clusterkit.facts import HostFacts
+
+    names = [check.name for check in STATIC_CHECKS]
+    assert len(names) == len(set(names))
+    assert all(check.scopes for check in STATIC_CHECKS)
+    two = {"n1": HostFacts(), "n2": HostFacts()}
+    cluster = {f.id for f in static_findings(two, Expectations())}
+    node = {f.id for f in static_findings(two, Expectations(), scope="node")}
+    assert {i for i in cluster if i.startswith("parity.")} >= {"parity.driver", "parity.memory"}
+    assert not {i for i in node if i.startswith("parity.")}
+    assert "fabric.nvlink-down" in node  # the node's own variant of the fabric check
+    assert cluster - {i for i in cluster if i.startswith("parity.")} <= node | {"env.job-vars"}

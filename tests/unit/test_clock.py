@@ -14,30 +14,14 @@ import pytest
 from clusterkit import framing
 from clusterkit.checks.health import CLOCK_FAIL_SECONDS, CLOCK_WARN_SECONDS, clock_problem
 from clusterkit.checks.model import Status
-from clusterkit.node.collector import parse_chronyc_tracking
+from clusterkit.node.probe_host import parse_chronyc_tracking
 from tests.support.nodescripts import write_composed
 from tests.unit.test_checks import healthy, run
 
 CHRONYC = Path(__file__).parent.parent / "fixtures" / "chronyc"
 
 
-@pytest.mark.parametrize(
-    ("recording", "offset", "synchronized"),
-    [
-        ("tracking-7200s-fast", 7200.0, True),
-        ("tracking-0.75s-slow", -0.75, True),
-        ("tracking-healthy", 0.000012345, True),
-        ("tracking-unsynchronised", 0.0, False),
-    ],
-)
-def test_chronyc_tracking_parses_to_a_signed_offset(recording, offset, synchronized) -> None:
-    facts = parse_chronyc_tracking((CHRONYC / f"{recording}.txt").read_text())
-    assert facts == {"source": "chronyc", "offset_seconds": offset, "synchronized": synchronized}
-
-
-def test_an_absurd_offset_is_left_out_not_written_as_infinity() -> None:
-    text = "System time     : 1e999 seconds fast of NTP time\nLeap status     : Normal\n"
-    assert parse_chronyc_tracking(text) == {"source": "chronyc", "synchronized": True}
+# parse_chronyc_tracking over its recordings: tests/fixtures/parsers/ (test_parser_cases.py)
 
 
 def clock(offset: Any, synchronized: bool = True) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from datetime import date
 from pathlib import Path
 
 from clusterkit.cli import build_parser
+from clusterkit.cli.cost import cost_command
 from clusterkit.commands import cost
 from clusterkit.cost.report import render_json, render_text
 
@@ -29,7 +30,7 @@ def estimate(tmp_path: Path, *flags: str):
     args = build_parser().parse_args(
         [*JOB, "--catalog", catalog_file(tmp_path), "--instance", "p5.48xlarge", *flags]
     )
-    return cost.build(args, today=TODAY)
+    return cost.build(cost_command(args), today=TODAY)
 
 
 def test_the_old_spot_price_is_dated_and_warned_in_text_and_json(tmp_path: Path) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clusterkit.checks.dcgm import NodeDiag, dcgm_findings, parse_diag
 from clusterkit.checks.model import Status
-from clusterkit.cli import parse
-from clusterkit.commands.common import check_stages
+from clusterkit.cli import check, parse
+from clusterkit.commands.common import check_plan
+from clusterkit.dcgm.checks import NodeDiag, dcgm_findings, parse_diag
+from clusterkit.dcgm.stage import DcgmStage
 from clusterkit.environment import Environment
-from clusterkit.inventory import local_inventory
-from clusterkit.stages.dcgm import DcgmStage
+from clusterkit.settings.loader import local_inventory
+from clusterkit.stages.lists import check_stages
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
 
@@ -99,9 +100,17 @@ def test_garbage_and_empty_documents_are_errors_not_passes() -> None:
 
 def test_the_stage_runs_only_with_a_level() -> None:
     inventory = local_inventory()
-    names = [s.name for s in check_stages(parse(["check"]), Environment(), inventory)]
+    names = [
+        s.name
+        for s in check_stages(
+            check_plan(check.request(parse(["check"])).run, Environment()), inventory
+        )
+    ]
     assert "dcgm" not in names
-    stages = check_stages(parse(["check", "--dcgm-level", "2"]), Environment(), inventory)
+    stages = check_stages(
+        check_plan(check.request(parse(["check", "--dcgm-level", "2"])).run, Environment()),
+        inventory,
+    )
     dcgm = next(s for s in stages if isinstance(s, DcgmStage))
     assert dcgm.seconds == 600.0
     assert [s.name for s in stages][-2:] == ["dcgm", "bench"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clusterkit.checks.dcgm import dcgm_findings, parse_diag
 from clusterkit.checks.model import Status
+from clusterkit.dcgm.checks import dcgm_findings, parse_diag
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
 ALLOWED = "dcgm4.5.2_r2_gb10_allowed.json"  # -r 2 with memory and pcie allowed: both ran

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clusterkit.bench import gate
+from clusterkit.bench import thresholds
 from clusterkit.checks.fabric import fabric_findings
 from clusterkit.checks.model import Status
-from clusterkit.node.collector import parse_nvlink_status
+from clusterkit.node.nvlink import parse_nvlink_status
 from tests.support.nodescripts import write_composed
 from tests.unit.test_checks import facts, healthy
 
@@ -95,11 +95,11 @@ def test_container_toolkit_only_when_an_image_is_set() -> None:
 
 def test_bench_default_threshold_sees_nvlink() -> None:
     hosts = {"n1": facts("healthy-h100")}
-    assert gate.detect_fabric(hosts).nvlink is None  # not reported: unknown
+    assert thresholds.detect_fabric(hosts).nvlink is None  # not reported: unknown
     hosts["n1"]["nvlink"] = nvlink_section([18] * 8)
-    assert gate.detect_fabric(hosts).nvlink is True
+    assert thresholds.detect_fabric(hosts).nvlink is True
     hosts["n1"]["nvlink"] = nvlink_section([0] * 8)
-    assert gate.detect_fabric(hosts).nvlink is False
+    assert thresholds.detect_fabric(hosts).nvlink is False
 
 
 def test_bench_container_gets_the_rdma_devices() -> None:

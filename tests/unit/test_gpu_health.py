@@ -12,16 +12,16 @@ import pytest
 
 from clusterkit.checks.gpu_health import clock_reason_problems, drain_notes, gpu_health_findings
 from clusterkit.checks.model import Finding, Status
-from clusterkit.node.collector import (
+from clusterkit.node.prelude import ToolError, run_tool
+from clusterkit.node.probe_gpu import (
     BASE_GPU_FIELDS,
     GPU_FIELDS,
-    collect_kernel_log,
     parse_aer_counters,
     parse_gpu_csv,
     query_gpu_fields,
     read_aer_counters,
 )
-from clusterkit.node.prelude import ToolError, run_tool
+from clusterkit.node.probe_host import collect_kernel_log
 from clusterkit.slurm.drain import NodeState, decide
 from tests.support import fake_nvidia_smi
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from clusterkit.checks.gpu_health import drain_notes, gpu_health_findings
 from clusterkit.checks.model import Finding, Status
-from clusterkit.node.collector import GPU_FIELDS, parse_gpu_csv
+from clusterkit.node.probe_gpu import GPU_FIELDS, parse_gpu_csv
 
 SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 GPU_HEADER = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")

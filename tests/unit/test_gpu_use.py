@@ -15,11 +15,7 @@ import pytest
 from clusterkit.checks.gpu_use import runs_on
 from clusterkit.checks.model import Status
 from clusterkit.inventory.model import Expectations
-from clusterkit.node.collector import (
-    COMPUTE_APPS_QUERY,
-    parse_compute_apps,
-    parse_nvlink_status,
-)
+from clusterkit.node.probe_gpu import COMPUTE_APPS_QUERY, parse_compute_apps
 from tests.unit.test_checks import facts, healthy, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,31 +26,7 @@ STAND_IN = ROOT / "tests" / "support" / "fake_nvidia_smi.py"
 # -- the node side: real output shapes ------------------------------------------------------
 
 
-def test_compute_apps_of_a_real_busy_node_parse() -> None:
-    recorded = (SMI / "query-compute-apps-l40x8.txt").read_text().splitlines()[1:]
-    # the probe asks for the name last and without units; reorder the recorded rows so
-    uuid_pid_mem_name = [
-        ", ".join([r[0], r[1], r[3].removesuffix(" MiB"), r[2]])
-        for r in (line.split(", ") for line in recorded)
-    ]
-    apps = parse_compute_apps("\n".join(uuid_pid_mem_name) + "\n")
-    assert len(apps) == 7
-    assert apps[0] == {
-        "gpu_uuid": "GPU-230e70f3-fcca-c799-d8c2-bb5185aee96c",
-        "pid": 72210,
-        "used_memory_mib": 41502,
-        "name": "/root/miniconda3/envs/openstereo/bin/python",
-    }
-    assert parse_compute_apps("") == []  # no process: nvidia-smi prints nothing
-
-
-def test_nvlink_status_of_a_real_bridge_pair_parses() -> None:
-    gpus = parse_nvlink_status((SMI / "nvlink-status-h100-pcie-x2.txt").read_text())
-    assert [g["index"] for g in gpus] == [0, 1]
-    assert gpus[0]["uuid"] == "GPU-6968dfc2-d444-d92c-c36b-6abe53445cb9"
-    assert len(gpus[0]["links"]) == 18
-    assert sum(1 for speed in gpus[0]["links"] if speed) == 12
-    assert gpus[0]["links"][4] is None and gpus[0]["links"][0] == 26.562
+# parse_compute_apps and parse_nvlink_status over the recordings: tests/fixtures/parsers/
 
 
 def _stand_in(state: dict, tmp_path: Path, *args: str) -> str:

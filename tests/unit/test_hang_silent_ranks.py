@@ -17,13 +17,8 @@ from typing import Any
 import pytest
 
 from clusterkit.launch import stacks
-from clusterkit.node.launch import (
-    FAULTHANDLER_SECONDS,
-    MARKER,
-    Runner,
-    cannot_answer,
-    process_state,
-)
+from clusterkit.node.launch import FAULTHANDLER_SECONDS, MARKER, Runner
+from clusterkit.node.launch_processes import cannot_answer, process_state
 
 
 @pytest.mark.parametrize(

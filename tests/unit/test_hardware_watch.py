@@ -19,11 +19,12 @@ import pytest
 from clusterkit.checks.model import Status
 from clusterkit.facts import parse_facts
 from clusterkit.launch.faults import classify
+from clusterkit.launch.job import SuperviseOptions
 from clusterkit.launch.messages import MalformedControl, WatchEvent, parse_control
 from clusterkit.launch.plan import build_plan
-from clusterkit.launch.supervise import SuperviseOptions, Supervisor
+from clusterkit.launch.supervise import Supervisor
 from clusterkit.launch.watch import grade, node_devices, own_events
-from clusterkit.node.launch import HardwareWatch, ib_ports
+from clusterkit.node.launch_watch import HardwareWatch, ib_ports
 from tests.support.nodescripts import write_composed
 from tests.unit.test_launch_hostile_node import ESCAPE, SETTINGS
 
@@ -148,7 +149,7 @@ def test_nvidia_smi_tells_a_pending_remap_a_slowdown_and_a_gpu_gone(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node.with_smi()
-    monkeypatch.setattr("clusterkit.node.launch.SMI_SECONDS", 0.0)
+    monkeypatch.setattr("clusterkit.node.launch_watch.SMI_SECONDS", 0.0)
     watch = HardwareWatch(set())
     watch.start()
     assert watch.sample() == []  # idle (0x1) and no remap: nothing to tell
@@ -174,7 +175,7 @@ def test_a_gpu_nvidia_smi_cannot_reach_while_it_lists_the_others_is_gone(
     0000:0B:00.0: Unknown Error"), nvidia-smi exiting non-zero: that GPU is gone. Nothing
     listed at all is no answer (a driver reload, NVML mismatched), never every GPU gone."""
     node.with_smi()
-    monkeypatch.setattr("clusterkit.node.launch.SMI_SECONDS", 0.0)
+    monkeypatch.setattr("clusterkit.node.launch_watch.SMI_SECONDS", 0.0)
     watch = HardwareWatch(set())
     watch.start()
     row = "00000000:18:00.0, No, No, 0x0000000000000001"

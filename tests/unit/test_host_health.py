@@ -15,9 +15,10 @@ import pytest
 
 from clusterkit.checks.host_health import drain_notes, host_health_findings
 from clusterkit.checks.model import Finding, Status
-from clusterkit.commands.nodecheck import node_drain_notes
+from clusterkit.checks.one_node import node_drain_notes
 from clusterkit.facts import parse_facts
-from clusterkit.node.collector import (
+from clusterkit.node.prelude import ToolError
+from clusterkit.node.probe_devices import (
     DSTATE_MIN_AGE,
     MAX_NVME,
     collect_dstate,
@@ -26,7 +27,6 @@ from clusterkit.node.collector import (
     parse_proc_stat,
     parse_smart_log,
 )
-from clusterkit.node.prelude import ToolError
 from tests.support import fake_nvme
 
 NVME = Path(__file__).parent.parent / "fixtures" / "nvme"

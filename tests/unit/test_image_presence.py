@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from clusterkit.checks.model import Status
+from clusterkit.contract.session import Session
 from clusterkit.image.presence import MalformedPresence, parse_presence
 from clusterkit.image.stage import NODE_SCRIPT, run_image_stage
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
-from clusterkit.stages.session import Session
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.local import LocalTransport
 from clusterkit.transport.nodescript import node_script, run_node_script

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.inventory import Inventory, load_inventory, local_inventory
+from clusterkit.inventory import Inventory
 from clusterkit.inventory.hostpatterns import HostPatternError, expand_host_key
+from clusterkit.settings.loader import load_inventory, local_inventory
 
 
 def write(directory: Path, text: str, name: str = "inventory.yaml") -> Path:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import load_inventory
 from clusterkit.inventory.viaansible import find_ansible_inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.status import ExitStatus
 from tests.support.cli import run_cli
 
@@ -188,10 +188,11 @@ def test_provision_leaves_become_to_ansible_which_connects_there(tmp_path: Path)
     """`provision` hands the inventory to ansible-playbook, which honours become itself: the
     same inventory that `check` refuses is accepted there."""
     from clusterkit import cli
+    from clusterkit.cli import provision
     from clusterkit.commands.provision import plan
     from clusterkit.environment import Environment
 
     inventory = write(tmp_path / "inventory.yaml", "all:\n  hosts:\n    n1:\n      become: true\n")
     assert f"become: {REFUSED}" in refusal(inventory)
     args = cli.parse(["provision", str(inventory)])
-    assert plan(args, Environment()).inventory == str(inventory)
+    assert plan(provision.request(args), Environment()).inventory == str(inventory)

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import Host, load_inventory
+from clusterkit.inventory import Host
+from clusterkit.settings.loader import load_inventory
 
 
 def host_with(tmp_path: Path, host_vars: dict[str, Any]) -> Host:

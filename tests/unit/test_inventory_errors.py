@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import ConfigError, InventoryError, SpecError
-from clusterkit.inventory import load_inventory, viaansible
+from clusterkit.inventory import viaansible
+from clusterkit.settings.loader import load_inventory
 from clusterkit.status import ExitStatus
 from tests.support.cli import run_cli
 

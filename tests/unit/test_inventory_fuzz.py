@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import Inventory, load_inventory
+from clusterkit.inventory import Inventory
+from clusterkit.settings.loader import load_inventory
 
 SECONDS_PER_INPUT = 5.0
 SETTINGS = settings(

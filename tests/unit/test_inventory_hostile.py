@@ -13,8 +13,9 @@ import paramiko
 import pytest
 
 from clusterkit.errors import InventoryError, TransportError
-from clusterkit.inventory import Host, load_inventory
+from clusterkit.inventory import Host
 from clusterkit.inventory.names import hostname_problem, username_problem
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.connect import connect_host
 from clusterkit.transport.endpoint import ConnectOptions, load_ssh_config, resolve_endpoint
 from tests.support.cli import CliRun, run_cli

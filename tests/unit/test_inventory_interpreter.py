@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import load_inventory
+from clusterkit.settings.loader import load_inventory
 
 
 def interpreter(tmp_path: Path, value: str) -> str | None:

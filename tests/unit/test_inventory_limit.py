@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import UsageError
-from clusterkit.inventory import Inventory, load_inventory, select_hosts
+from clusterkit.inventory import Inventory, select_hosts
 from clusterkit.inventory.limit import split_terms
+from clusterkit.settings.loader import load_inventory
 
 INVENTORY = """\
 all:

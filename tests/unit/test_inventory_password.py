@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import Inventory, load_inventory
+from clusterkit.inventory import Inventory
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.endpoint import ConnectOptions, resolve_endpoint
 
 SECRET = "pw-4f1c9e-not-for-your-eyes"

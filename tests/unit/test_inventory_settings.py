@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import Inventory, load_inventory
+from clusterkit.inventory import Inventory
 from clusterkit.inventory.model import (
     BenchSettings,
     ClusterSettings,
@@ -18,6 +18,7 @@ from clusterkit.inventory.model import (
     NetworkSettings,
     ProbeSettings,
 )
+from clusterkit.settings.loader import load_inventory
 from clusterkit.settings.schema import SECTIONS, TOP_RULES, field_names
 from tests.support.cli import run_cli
 

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from clusterkit.cli import parse
-from clusterkit.commands.common import load_target
+from clusterkit.cli.requests import target
+from clusterkit.commands.common import load_targets
 from clusterkit.environment import Environment
 from clusterkit.errors import InventoryError
+from clusterkit.inventory.model import Inventory
+
+
+def load_target(args: argparse.Namespace, env: Environment) -> Inventory:
+    """The hosts the command line names (limited), or this machine."""
+    return load_targets(target(args), env)[0]
 
 
 def test_positional_and_repeated_i_merge_in_order(tmp_path: Path) -> None:
@@ -52,7 +60,7 @@ def test_inventory_via_ansible_is_parsed_for_check_and_bench() -> None:
 
 
 def test_deepops_bastion_idiom_gives_a_proxycommand() -> None:
-    from clusterkit.inventory import load_inventory
+    from clusterkit.settings.loader import load_inventory
 
     fixture = Path(__file__).parents[1] / "fixtures" / "inventories" / "styles" / "deepops"
     host = load_inventory(fixture / "inventory").host("gpu01")

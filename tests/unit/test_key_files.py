@@ -16,8 +16,8 @@ import paramiko
 import pytest
 
 from clusterkit.errors import InventoryError, TransportError
-from clusterkit.inventory import load_inventory
 from clusterkit.keyfiles import MAX_KEY_BYTES, KeyFileProblem, read_key_file
+from clusterkit.settings.loader import load_inventory
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.endpoint import Endpoint
 from clusterkit.transport.hostkeys import HostKeyVerifier

@@ -120,17 +120,25 @@ def test_a_missing_script_and_another_file_name_their_nodes_and_paths() -> None:
     assert unanswered == []
 
 
-def test_the_file_most_nodes_hold_is_the_expected_one_and_a_tie_goes_to_the_master() -> None:
+def test_the_file_most_nodes_hold_is_the_expected_one_and_a_tie_blames_no_node() -> None:
     most = {"n1": Answer("/t.py", SHA_A, 1), "n2": Answer("/t.py", SHA_B, 1),
             "n3": Answer("/t.py", SHA_B, 1)}  # fmt: skip
     (line,) = entry_problems("t.py", most)[0]
     assert line.startswith("t.py on n1 is another file")
     assert line.endswith("than on n2, n3 (sha256 bbbbbbbbbbbb, 1 byte)")
-    tie = {"n1": Answer("/t.py", SHA_A, 1), "n2": Answer("/t.py", SHA_B, 1)}
+    tie = {"n2": Answer("/t.py", SHA_B, 1), "n1": Answer("/t.py", SHA_A, 1)}
     (line,) = entry_problems("t.py", tie)[0]
-    assert line.startswith("t.py on n2 is another file")
-    same_hash = {"n1": Answer("/t.py", SHA_A, 1), "n2": Answer("/t.py", SHA_A, 2)}
-    assert entry_problems("t.py", same_hash)[0][0].startswith("t.py on n2 is another file")
+    assert line == (
+        "t.py differs between nodes, and no one file is on most (n1: sha256 aaaaaaaaaaaa, "
+        "1 byte; n2: sha256 bbbbbbbbbbbb, 1 byte)"
+    )
+    assert entry_problems("t.py", dict(reversed(tie.items())))[0] == [line]  # order decides nothing
+    same_hash = {
+        "n1": Answer("/t.py", SHA_A, 1),
+        "n2": Answer("/t.py", SHA_A, 2),
+        "n3": Answer("/t.py", SHA_A, 2),
+    }
+    assert entry_problems("t.py", same_hash)[0][0].startswith("t.py on n1 is another file")
 
 
 def test_a_nodes_answer_is_checked_on_arrival_and_its_text_escaped() -> None:

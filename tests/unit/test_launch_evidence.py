@@ -3,7 +3,6 @@ every incident (printed, in the JSON record, in the trace) names the folder of i
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import pwd
@@ -13,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from clusterkit.commands.attempts import Attempts
 from clusterkit.cost.rates import read_trace
-from clusterkit.environment import Environment
+from clusterkit.launch.attempts import Attempts, RecoveryOptions
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.faults import classify
 from clusterkit.launch.incidents import Incident, attempt_folder_name, trace_text
+from clusterkit.launch.job import SuperviseOptions
 from clusterkit.launch.plan import LaunchSettings, PlanNode, build_plan
-from clusterkit.launch.supervise import SuperviseOptions, Supervisor
+from clusterkit.launch.supervise import Supervisor
 from clusterkit.safefiles import PrivateFolder
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -31,8 +30,8 @@ def attempts(log_dir: PrivateFolder | None, notes: list[str]) -> Attempts:
     """The attempts of a launch, only as far as their folders go (nothing runs)."""
     unused: Any = None
     return Attempts(
-        argparse.Namespace(), Environment(), unused, unused, unused,
-        SuperviseOptions(log_dir=log_dir), "run1", unused, notes.append,
+        RecoveryOptions(), unused, unused, unused,
+        SuperviseOptions(log_dir=log_dir), "run1", unused, notes.append, unused, unused,
     )  # fmt: skip
 
 

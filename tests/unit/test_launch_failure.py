@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from clusterkit.commands.launch import report_problem
 from clusterkit.facts import PROBE_VERSION
 from clusterkit.launch.failure import (
     Failure,
@@ -11,6 +10,7 @@ from clusterkit.launch.failure import (
     node_failures,
     torchrun_failures,
 )
+from clusterkit.launch.reuse import report_problem
 
 # torchrun 2.13's summary when a rank raised (stderr of the agent).
 SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:

@@ -199,6 +199,7 @@ def test_incidents_become_a_trace_cost_reads_with_the_measured_restart(tmp_path:
 
 def test_cost_takes_the_restart_time_a_launch_trace_measured(tmp_path: Path) -> None:
     from clusterkit.cli import build_parser
+    from clusterkit.cli.cost import cost_command
     from clusterkit.commands.cost import build
 
     path = tmp_path / "trace.txt"
@@ -206,9 +207,9 @@ def test_cost_takes_the_restart_time_a_launch_trace_measured(tmp_path: Path) -> 
     path.write_text(trace_text([Incident(0, 1_790_000_000.0, node, running_s=90.0)], 4, 10.0))
     common = ["cost", "--nodes", "4", "--hours", "24", "--on-demand-price", "98",
               "--spot-price", "40", "--trace", str(path), "--trials", "0"]  # fmt: skip
-    measured = build(build_parser().parse_args(common))
+    measured = build(cost_command(build_parser().parse_args(common)))
     assert measured.scenario.restart_h == pytest.approx(1.5 / 60)
-    given = build(build_parser().parse_args([*common, "--restart-min", "20"]))
+    given = build(cost_command(build_parser().parse_args([*common, "--restart-min", "20"])))
     assert given.scenario.restart_h == pytest.approx(20 / 60)
 
 

@@ -15,8 +15,9 @@ from clusterkit.commands.launch import report_outcome
 from clusterkit.environment import Environment
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.faults import classify
+from clusterkit.launch.job import JobOutcome, SuperviseOptions
 from clusterkit.launch.plan import LaunchSettings, PlanNode, build_plan
-from clusterkit.launch.supervise import JobOutcome, SuperviseOptions, Supervisor
+from clusterkit.launch.supervise import Supervisor
 from clusterkit.safefiles import PrivateFolder
 from clusterkit.transport.base import Deadline
 from tests.unit.test_launch_stacks import FAULTHANDLER, IN_ALL_REDUCE, py_spy_entry, rank_entry

@@ -11,7 +11,8 @@ from pathlib import Path
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.faults import classify
 from clusterkit.launch.incidents import Incident, trace_text
-from clusterkit.launch.supervise import NODE_TIMEOUT, START_SECONDS
+from clusterkit.launch.job import NODE_TIMEOUT
+from clusterkit.launch.supervise import START_SECONDS
 from clusterkit.node import launch as node_launch
 from clusterkit.transport.base import Deadline
 from tests.unit.test_launch_hostile_node import control, supervisor

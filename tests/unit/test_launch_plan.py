@@ -201,7 +201,7 @@ def test_container_jobs_run_as_the_node_user_so_they_can_write_the_run_folder():
     """Images run as a non-root USER; the run folder belongs to whoever started the job."""
     import os
 
-    from clusterkit.node.launch import as_this_user
+    from clusterkit.node.launch_processes import as_this_user
 
     argv = as_this_user(["docker", "run", "--rm", "img", "torchrun"])
     assert argv[:4] == ["docker", "run", "--user", f"{os.getuid()}:{os.getgid()}"]

@@ -16,14 +16,8 @@ import pytest
 
 from clusterkit.launch.flight import divergence
 from clusterkit.launch.progress import ProgressWatch, Sample, advanced
-from clusterkit.node.launch import (
-    MARKER,
-    Runner,
-    job_process,
-    pg_counters,
-    progress_notes,
-    read_record,
-)
+from clusterkit.node.launch import MARKER, Runner
+from clusterkit.node.launch_records import job_process, pg_counters, progress_notes, read_record
 from clusterkit.transport.base import Deadline
 from tests.unit.test_launch_hostile_node import control, supervisor
 

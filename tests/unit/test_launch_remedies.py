@@ -16,9 +16,10 @@ from clusterkit.commands.launch import report_outcome
 from clusterkit.environment import Environment
 from clusterkit.launch.failure import Failure
 from clusterkit.launch.faults import classify
+from clusterkit.launch.job import JobOutcome, SuperviseOptions
 from clusterkit.launch.remedies import MAX_CHARS, MAX_LINES, remedy_for
-from clusterkit.launch.supervise import LAST_LINES, JobOutcome, SuperviseOptions
-from clusterkit.stages.launch import job_finding, outcome_details
+from clusterkit.launch.stage import job_finding, outcome_details
+from clusterkit.launch.supervise import LAST_LINES
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "job-errors"
 _PREFIX = re.compile(r"^\[rank(\d+)\]:")

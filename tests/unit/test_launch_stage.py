@@ -5,11 +5,12 @@ from __future__ import annotations
 from clusterkit.checks.model import Finding, Status
 from clusterkit.inventory.model import Host, Inventory
 from clusterkit.launch.failure import Failure
+from clusterkit.launch.job import JobOutcome, SuperviseOptions
 from clusterkit.launch.plan import LaunchSettings, PlanNode
-from clusterkit.launch.supervise import JobOutcome, SuperviseOptions
+from clusterkit.launch.stage import LaunchStage, job_finding, outcome_details
 from clusterkit.stages import Session, run_stages
-from clusterkit.stages.launch import LaunchStage, job_finding, outcome_details
 from clusterkit.transport.base import Deadline
+from tests.support.fake_transport import FakeTransport
 
 SETTINGS = LaunchSettings(
     nodes=(PlanNode("n1"), PlanNode("n2")),
@@ -23,7 +24,7 @@ SETTINGS = LaunchSettings(
 def session_with(findings: list[Finding], connected: tuple[str, ...] = ("n1", "n2")) -> Session:
     inventory = Inventory(None, (Host("n1", "10.0.0.1"), Host("n2", "10.0.0.2")))
     session = Session(inventory, Deadline.after(60))
-    session.transports = {name: object() for name in connected}  # type: ignore[misc]
+    session.transports = {name: FakeTransport(name) for name in connected}
     session.findings = list(findings)
     return session
 

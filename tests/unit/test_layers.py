@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 
@@ -18,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clusterkit"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-# Bottom first. An entry is one module ("clusterkit.cli") or a package with everything in it
+# Bottom first. An entry is one module ("clusterkit.facts") or a package with everything in it
 # ("clusterkit.checks.*"); the most specific entry that matches gives a module its layer.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shipped to nodes that may lack clusterkit: the standard library only, and the version.
@@ -29,9 +28,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "clusterkit.framing", "clusterkit.keyfiles", "clusterkit.versions", "clusterkit.rundir",
         "clusterkit.safefiles", "clusterkit.logs", "clusterkit.data.*",
         "clusterkit.environment",  # the run's streams, variables and folder, handed down by main
-        "clusterkit.report.escape",  # every layer prints node text safely
+        "clusterkit.escape",  # every layer prints node text safely
         "clusterkit.hostlist",  # Slurm's node-name grammar, which the srun transport needs
-        "clusterkit.stagenames",  # the stages' names: the report orders by them, --skip offers them
     )),
     # The Inventory model and its readers, the transports, and how node programs travel.
     # The probe's facts as types, and the checker every node message passes on arrival.
@@ -40,21 +38,24 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     # Pure functions over facts, and the Finding (with its Fix) that everything speaks.
     ("checks", ("clusterkit.checks.*",)),
-    # What a stage is and what the stages of one command share.
-    ("stage contract", ("clusterkit.stages.base", "clusterkit.stages.session")),
+    # What a stage is, the stages' names, and what the stages of one command share.
+    ("stage contract", ("clusterkit.contract.*",)),
+    # Each feature with its own stage (<feature>/stage.py) over the contract.
     ("features", (
         "clusterkit.probe.*", "clusterkit.storage.*", "clusterkit.net.*", "clusterkit.bench.*",
-        "clusterkit.image.*", "clusterkit.cost.*", "clusterkit.provision.*", "clusterkit.launch.*",
+        "clusterkit.image.*", "clusterkit.dcgm.*", "clusterkit.cost.*", "clusterkit.provision.*",
+        "clusterkit.launch.*",
         "clusterkit.lint.*",  # the training script, read statically and judged for the plan
     )),
     # The `clusterkit` variable's schema checks values with the features' own parsers; the
-    # loader types it while reading the inventory (the package re-exports load_inventory).
-    ("settings", ("clusterkit.settings.*", "clusterkit.inventory.loader", "clusterkit.inventory")),
+    # loader reads an inventory and types that variable with it.
+    ("settings", ("clusterkit.settings.*",)),
     ("report", ("clusterkit.report.*",)),
-    # The stage adapters and runner; Slurm wraps stages in job steps.
+    # What composes stages: the runner, the stages that are no feature's (connect, static);
+    # Slurm wraps stages in job steps.
     ("stages", ("clusterkit.stages.*", "clusterkit.slurm.*")),
     # Argument definitions: commands are dispatched by name, never imported here.
-    ("cli", ("clusterkit.cli", "clusterkit.completion")),
+    ("cli", ("clusterkit.cli.*", "clusterkit.completion")),
     ("commands", ("clusterkit.commands.*",)),
     ("entry", ("clusterkit.__main__",)),
 )  # fmt: skip
@@ -212,20 +213,20 @@ def test_imports_anywhere_in_a_file_count(tmp_path: Path) -> None:
     path.write_text(
         "from typing import TYPE_CHECKING\n"
         "from clusterkit import framing\n"
-        "import clusterkit.report.escape\n"
+        "import clusterkit.escape\n"
         "from . import words\n"
         "from .bench import gate\n"
         "if TYPE_CHECKING:\n"
-        "    from clusterkit.stages.session import Session\n"
+        "    from clusterkit.contract.session import Session\n"
         "def later():\n"
         "    from clusterkit.checks.model import Finding\n"
     )
     assert imported("clusterkit.probe_here", path) == {
         "clusterkit.framing",
-        "clusterkit.report.escape",
+        "clusterkit.escape",
         "clusterkit.words",
         "clusterkit.bench.gate",
-        "clusterkit.stages.session",
+        "clusterkit.contract.session",
         "clusterkit.checks.model",
     }
 
@@ -237,11 +238,12 @@ def layer_name(module: str) -> str | None:
 
 def test_layer_matching_prefers_the_most_specific_entry() -> None:
     assert layer_name("clusterkit.inventory.model") == "wire"
-    assert layer_name("clusterkit.inventory.loader") == "settings"
-    assert layer_name("clusterkit.inventory") == "settings"
-    assert layer_name("clusterkit.report.escape") == "base"
+    assert layer_name("clusterkit.inventory") == "wire"
+    assert layer_name("clusterkit.escape") == "base"
     assert layer_name("clusterkit.report.text") == "report"
-    assert layer_name("clusterkit.stages.base") == "stage contract"
+    assert layer_name("clusterkit.contract.stage") == "stage contract"
+    assert layer_name("clusterkit.cli") == "cli"  # a package's __init__ is in the package
+    assert layer_name("clusterkit.cli.check") == "cli"
     assert layer_name("clusterkit.reporting") is None  # a prefix of a name is not its package
 
 
@@ -251,53 +253,66 @@ def test_the_architecture_page_lists_the_same_layers_top_first() -> None:
     assert listed == [name for name, _ in reversed(LAYERS)]
 
 
-# Modules that count apart from their package in the package graph, each with why: they sit
-# in another layer than the rest of their package (LAYERS names each of them).
-APART: dict[str, str] = {
-    "clusterkit.report.escape": "base: every layer, checks included, prints node text safely",
-    "clusterkit.stages.base": "the stage contract, which the features implement",
-    "clusterkit.stages.session": "the stage contract, which the features implement",
-    "clusterkit.inventory.loader": "types the `clusterkit` variable with the settings schema",
-    "clusterkit.inventory": "re-exports load_inventory, so it sits with the loader",
-}
-
-
-def unit_of(name: str, apart: Collection[str] = tuple(APART)) -> str:
+def unit_of(name: str) -> str:
     """The unit a module counts in: its package below clusterkit (`clusterkit.net` for
-    `clusterkit.net.firewall.iptables`), or itself for a top-level module or one apart."""
+    `clusterkit.net.firewall.iptables`), or itself for a top-level module."""
     parts = name.split(".")
-    if name in apart:  # a package's __init__ apart from its package is a unit of its own
-        return f"{name}.__init__" if (ROOT / name.replace(".", "/")).is_dir() else name
     if len(parts) < 2 or not (PACKAGE / parts[1]).is_dir():
         return name
     return ".".join(parts[:2])
 
 
-def packages(
-    edges: dict[str, frozenset[str]], apart: Collection[str] = tuple(APART)
-) -> dict[str, frozenset[str]]:
+def packages(edges: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
     """The import graph of modules, as one between their units (see unit_of)."""
     units: dict[str, set[str]] = {}
     for name, targets in edges.items():
-        unit = unit_of(name, apart)
-        units.setdefault(unit, set()).update(unit_of(target, apart) for target in targets)
+        units.setdefault(unit_of(name), set()).update(unit_of(target) for target in targets)
     return {unit: frozenset(targets - {unit}) for unit, targets in units.items()}
+
+
+def test_every_package_sits_in_one_layer() -> None:
+    """The tree shows the layers: a package's modules all sit in its layer, so no module
+    counts apart from its package (a stage contract inside stages/ once made features and
+    stages/ import each other)."""
+    layers_of: dict[str, set[str]] = {}
+    for name in modules():
+        layers_of.setdefault(unit_of(name), set()).add(str(layer_name(name)))
+    split = {unit: sorted(found) for unit, found in layers_of.items() if len(found) > 1}
+    assert not split, f"packages across layers, move the odd modules out: {split}"
+
+
+_WHERE = re.compile(r"^Layer: (?P<layer>[\w ]+)\. Start at: (?P<start>[\w.]+)\.$", re.M)
+
+
+def test_every_package_says_what_it_is_and_where_it_starts() -> None:
+    """A newcomer opening a package reads what it is, its layer and the file to read first:
+    its __init__'s docstring ends `Layer: NAME. Start at: FILE.`, held true here."""
+    wrong = []
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        name = module_name(init)
+        found = _WHERE.search(ast.get_docstring(ast.parse(init.read_text())) or "")
+        if found is None:
+            wrong.append(f"{name}: no `Layer: NAME. Start at: FILE.` line")
+        elif found["layer"] != layer_name(name) or not (init.parent / found["start"]).exists():
+            wrong.append(f"{name}: says {found[0]!r}, is in {layer_name(name)!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_packages_import_each_other() -> None:
     """Packages point one way too: no package imports one that imports it back (the srun
     transport once took its node-name grammar from slurm/, which is built on transports)."""
-    missing = set(APART) - set(modules())
-    assert not missing, f"not modules, remove from APART: {sorted(missing)}"
     loops = cycles(packages(graph()))
     assert not loops, "packages that import each other: " + "; ".join(map(" <-> ".join, loops))
 
 
-def test_every_module_apart_from_its_package_is_still_needed() -> None:
-    """Counted with its package, each APART module makes a loop: otherwise it is not apart."""
-    for name in APART:
-        others = [other for other in APART if other != name]
-        assert cycles(packages(graph(), others)), f"{name} need not be in APART: no loop without it"
+def test_no_package_imports_one_above_it() -> None:
+    lines = [
+        f"{unit} imports {target}"
+        for unit, targets in sorted(packages(graph()).items())
+        for target in sorted(targets)
+        if (layer_of(target) or 0) > (layer_of(unit) or 0)
+    ]
+    assert not lines, "\n".join(lines)
 
 
 def test_a_loop_of_packages_through_their_submodules_is_found() -> None:
@@ -311,7 +326,7 @@ def test_a_loop_of_packages_through_their_submodules_is_found() -> None:
 
 
 # The command line's own modules: they define, parse and hand over the arguments.
-SEES_ARGUMENTS = ("clusterkit.cli", "clusterkit.__main__", "clusterkit.commands.*")
+SEES_ARGUMENTS = ("clusterkit.cli.*", "clusterkit.__main__", "clusterkit.commands.*")
 # Modules that parse an argv of their own, not the command line's, each with why.
 OWN_PARSERS: dict[str, str] = {
     "clusterkit.completion": "writes shell completion from the parser's definitions",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from clusterkit.checks.fabric import fabric_findings
 from clusterkit.checks.model import Finding, Status
-from clusterkit.node.collector import parse_nvlink_errors
+from clusterkit.node.nvlink import parse_nvlink_errors
 from tests.unit.test_checks import healthy
 from tests.unit.test_fabric import SMI, _collector, nvlink_section
 

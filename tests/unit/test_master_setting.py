@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import InventoryError
-from clusterkit.inventory import load_inventory
+from clusterkit.settings.loader import load_inventory
 from tests.support.cli import run_cli
 
 INVENTORY = """\

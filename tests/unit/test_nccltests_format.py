@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.bench.nccltests import TableError, format_table, parse_json, parse_table
-from clusterkit.node.bench_worker import _average_busbw, summarise
+from clusterkit.node.bench_result import _average_busbw, summarise
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
 

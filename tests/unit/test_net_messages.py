@@ -22,7 +22,7 @@ from clusterkit.net.messages import (
     parse_listeners,
     parse_mesh,
 )
-from clusterkit.net.stage import NodeSessions
+from clusterkit.net.sessions import NodeSessions
 from clusterkit.node import net as node
 from clusterkit.transport.base import CommandResult, Deadline
 from tests.support.net_reports import facts_report, listener

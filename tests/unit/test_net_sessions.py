@@ -9,8 +9,9 @@ import time
 
 from clusterkit.framing import encode
 from clusterkit.net.messages import parse_bound, parse_listeners, parse_mesh
-from clusterkit.net.stage import NodeSessions
+from clusterkit.net.sessions import NodeSessions
 from clusterkit.transport.base import CommandResult, Deadline
+from tests.support.fake_transport import FakeTransport
 from tests.support.net_reports import facts_report, listener
 
 NODES = 150  # well past the old pool of 64
@@ -40,19 +41,16 @@ class BarrierProcess:
         return CommandResult(self.host, 0, b"", b"")
 
 
-class BarrierTransport:
-    def __init__(self, host: str, barrier: threading.Barrier) -> None:
-        self.host, self.barrier = host, barrier
-
-    def start(self, argv, *, deadline: Deadline, start_by: Deadline) -> BarrierProcess:
-        return BarrierProcess(self.host, self.barrier)
+def barrier_node(host: str, barrier: threading.Barrier) -> FakeTransport:
+    """A node whose network-stage process answers each step once every node has its own."""
+    return FakeTransport(host, converse=lambda call: BarrierProcess(host, barrier))
 
 
 def sessions(workers: int | None) -> tuple[NodeSessions, list[str]]:
     barrier = threading.Barrier(NODES)
     hosts = [f"node{i}" for i in range(1, NODES + 1)]
-    transports = {host: BarrierTransport(host, barrier) for host in hosts}
-    return NodeSessions(transports, Deadline.after(60), workers), hosts  # type: ignore[arg-type]
+    transports = {host: barrier_node(host, barrier) for host in hosts}
+    return NodeSessions(transports, Deadline.after(60), workers), hosts
 
 
 def test_every_step_reaches_every_node_at_once() -> None:

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from clusterkit import framing
-from clusterkit.transport.nodescript import LIBRARIES, compose, library_source, node_script
+from clusterkit.transport.nodescript import (
+    LIBRARIES,
+    compose,
+    library_source,
+    node_script,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clusterkit"
 NODE = PACKAGE / "node"
@@ -174,20 +179,23 @@ def test_compose_wants_exactly_one_top_level_import() -> None:
 
 @pytest.mark.parametrize("name", LIBRARY_FILES)
 def test_a_node_library_is_insertable_and_shares_no_name(name: str) -> None:
-    """A library is stdlib only, has no `from __future__` (it lands mid-file), and defines
-    none of the prelude's names nor any name of a program that imports it: once composed,
-    they share one namespace."""
+    """A library is stdlib only, has no `from __future__` but annotations (it lands
+    mid-file: that line is dropped, the program starts with it), and defines none of the
+    prelude's names nor any name of a program it is composed into: once composed, they
+    share one namespace."""
     tree = ast.parse(source(name))
     assert imported_modules(tree) <= sys.stdlib_module_names | {"clusterkit"}
-    assert "__future__" not in imported_modules(tree)
+    futures = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    assert all([a.name for a in n.names] == ["annotations"] for n in futures)
     assert set(prelude_imports(tree)) <= defined(PRELUDE_TREE)
     assert not defined(tree) & defined(PRELUDE_TREE)
     module = name.removesuffix(".py")
-    users = [p for p in COMPOSED if f"from clusterkit.node.{module} import" in source(p)]
-    assert users, f"no program imports {module}"
+    marker = f"# --- clusterkit.node.{module} (inserted"
+    users = [p for p in (*COMPOSED, *OWN_MARKERS) if marker in shipped(p)]
+    assert users, f"no program is composed with {module}"
     for program in users:
         assert not defined(tree) & defined(ast.parse(source(program))), program
-        assert shipped(program).count(f"# --- clusterkit.node.{module} (inserted") == 1
+        assert shipped(program).count(marker) == 1
 
 
 def test_compose_inserts_a_library_after_the_prelude_and_refuses_others() -> None:

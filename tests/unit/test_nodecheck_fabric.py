@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.commands.nodecheck import node_drain_notes, node_findings
+from clusterkit.checks.one_node import node_drain_notes, node_findings
 from clusterkit.inventory.model import ClusterSettings
 from clusterkit.slurm.drain import NodeState, decide
 from tests.unit.test_checks import healthy

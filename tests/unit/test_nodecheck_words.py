@@ -4,7 +4,7 @@ node, with a settings file that is no inventory (issue 37, items 5 and 13)."""
 from __future__ import annotations
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.commands.nodecheck import node_findings, one_node
+from clusterkit.checks.one_node import node_findings, one_node
 from clusterkit.inventory.model import ClusterSettings
 from tests.unit.test_checks import healthy
 

@@ -13,7 +13,7 @@ import pytest
 from clusterkit.checks.model import Status
 from clusterkit.launch.messages import parse_control
 from clusterkit.launch.watch import grade, own_events
-from clusterkit.node.launch import HardwareWatch
+from clusterkit.node.launch_watch import HardwareWatch
 from clusterkit.node.nvlink import links_up, parse_nvlink_status
 from tests.unit.test_hardware_watch import Node, event, shipped_watch_sample
 
@@ -47,7 +47,7 @@ class NvlinkNode(Node):
             f" --query-gpu=index,pci.bus_id) printf '{INDEXES}' ;;\n"
             f" *) printf '{ROWS}' ;;\nesac",
         )
-        monkeypatch.setattr("clusterkit.node.launch.SMI_SECONDS", 0.0)
+        monkeypatch.setattr("clusterkit.node.launch_watch.SMI_SECONDS", 0.0)
 
 
 @pytest.fixture

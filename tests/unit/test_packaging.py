@@ -63,11 +63,11 @@ def test_installed_wheel_finds_its_own_playbooks(wheel: Path, tmp_path: Path) ->
 def test_the_wheel_takes_its_version_from_the_package(wheel: Path) -> None:
     """One place: clusterkit/__init__.py; pyproject reads it, the wheel's metadata carries it."""
     from clusterkit import __version__
-    from clusterkit.node import bench_worker as worker
+    from clusterkit.node import bench_table
 
     metadata = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert f"\nVersion: {__version__}\n" in text
     assert wheel.name.startswith(f"clusterkit-{__version__}-")
-    assert __version__ == worker.VERSION
+    assert __version__ == bench_table.VERSION
     assert not re.search(r"^version\s*=\s*\"", (REPO / "pyproject.toml").read_text(), re.M)

@@ -1,4 +1,5 @@
-"""The probe's parsers on real nvidia-smi output, and its torch reader on a fake install."""
+"""The probe's torch reader on a fake install, and its imports; its parsers run over their
+recorded cases in tests/unit/test_parser_cases.py."""
 
 from __future__ import annotations
 
@@ -9,36 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.node import collector
-from clusterkit.node.collector import (
-    BASE_GPU_FIELDS,
-    GPU_FIELDS,
-    HEALTH_GPU_FIELDS,
-    ToolError,
-    parse_banner,
-    parse_gpu_csv,
-)
+from clusterkit.node import probe_python
 from tests.support.nodescripts import write_composed
 
 SMI = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
+CASES = Path(__file__).parent.parent / "fixtures" / "parsers"
 COLLECTOR = "collector"
 
 
-@pytest.mark.parametrize(
-    ("fixture", "driver", "cuda"),
-    [
-        ("classic-550.127.05-a40x10.txt", "550.127.05", "12.4"),
-        ("classic-550.54.14-h100x1.txt", "550.54.14", "12.4"),
-        ("r610-610.43.02-b200-head.txt", "610.43.02", "13.3"),
-        ("r610-610.57.04-rtx3090.txt", "610.57.04", "13.3"),
-    ],
-)
-def test_banner_of_every_recorded_summary(fixture: str, driver: str, cuda: str) -> None:
-    assert parse_banner((SMI / fixture).read_text()) == {"driver": driver, "cuda": cuda}
-
-
-def test_every_recorded_summary_is_covered() -> None:
-    """A new recording with a banner must be added to the table above."""
+def test_every_recorded_summary_is_a_banner_case() -> None:
+    """A new recording with a banner gets its case in
+    tests/fixtures/parsers/probe_gpu.parse_banner/ (tests/unit/test_parser_cases.py runs
+    them all, with the parsers' other recorded cases)."""
     with_banner = {p.name for p in SMI.glob("*.txt") if "| NVIDIA-SMI " in p.read_text()}
     assert with_banner == {
         "classic-550.127.05-a40x10.txt",
@@ -46,90 +29,9 @@ def test_every_recorded_summary_is_covered() -> None:
         "r610-610.43.02-b200-head.txt",
         "r610-610.57.04-rtx3090.txt",
     }
-
-
-@pytest.mark.parametrize(
-    ("banner", "driver", "cuda"),
-    [
-        # older generations, classic layout
-        ("| NVIDIA-SMI 470.256.02   Driver Version: 470.256.02   CUDA Version: 11.4     |",
-         "470.256.02", "11.4"),
-        ("| NVIDIA-SMI 535.183.01             Driver Version: 535.183.01   CUDA Version: 12.2  |",
-         "535.183.01", "12.2"),
-        ("| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 13.0 |",
-         "580.65.06", "13.0"),
-        # no CUDA user-space library installed
-        ("| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: N/A |",
-         "550.54.15", None),
-        ("| NVIDIA-SMI 610.57.04   KMD Version: 610.57.04   CUDA UMD Version: N/A |",
-         "610.57.04", None),
-    ],
-)  # fmt: skip
-def test_banner_generations(banner: str, driver: str, cuda: str | None) -> None:
-    assert parse_banner(banner) == {"driver": driver, "cuda": cuda}
-
-
-@pytest.mark.parametrize(
-    "fixture", ["driver-unreachable.txt", "nvml-version-mismatch.txt", "query-gpu-csv-exporter.txt"]
-)
-def test_output_without_banner_is_a_tool_error(fixture: str) -> None:
-    with pytest.raises(ToolError, match="no driver/CUDA version"):
-        parse_banner((SMI / fixture).read_text())
-
-
-# --query-gpu=BASE_GPU_FIELDS --format=csv,noheader,nounits, values as nvidia-smi prints them
-H100_CSV = (
-    "0, GPU-ad1516b7-3ce3-59df-bd39-e0342e9309d7, NVIDIA H100 80GB HBM3, 550.54.15, 81559, "
-    "0, 00000000:19:00.0, Enabled, Enabled, 0, 9.0\n"
-    "1, GPU-d204673b-a37f-5c32-8e8e-e8de25ad7ab8, NVIDIA H100 80GB HBM3, 550.54.15, 81559, "
-    "1024, 00000000:34:00.0, Disabled, Enabled, 3, 9.0\n"
-)
-# A consumer card: no ECC, persistence not reported
-RTX_CSV = (
-    "0, GPU-df6e7a7c-7314-46f8-abc4-b88b36dcf3aa, NVIDIA GeForce RTX 2080 SUPER, 466.63, 8192, "
-    "[N/A], 00000000:01:00.0, [N/A], [N/A], [Not Supported], 7.5\n"
-)
-
-
-def test_gpu_csv_fields_and_order() -> None:
-    """Fields not asked (health fields a driver rejected) are there, as None."""
-    gpus = parse_gpu_csv(H100_CSV, BASE_GPU_FIELDS)
-    assert [set(g) for g in gpus] == [set(GPU_FIELDS)] * 2
-    assert all(gpus[1][name] is None for name in HEALTH_GPU_FIELDS)
-    assert {name: gpus[1][name] for name in BASE_GPU_FIELDS} == {
-        "index": "1",
-        "uuid": "GPU-d204673b-a37f-5c32-8e8e-e8de25ad7ab8",
-        "name": "NVIDIA H100 80GB HBM3",
-        "driver_version": "550.54.15",
-        "memory.total": "81559",
-        "memory.used": "1024",
-        "pci.bus_id": "00000000:34:00.0",
-        "persistence_mode": "Disabled",
-        "ecc.mode.current": "Enabled",
-        "ecc.errors.uncorrected.volatile.total": "3",
-        "compute_cap": "9.0",
-    }
-
-
-def test_gpu_csv_not_available_values_become_none() -> None:
-    (gpu,) = parse_gpu_csv(RTX_CSV, BASE_GPU_FIELDS)
-    assert gpu["persistence_mode"] is None
-    assert gpu["ecc.mode.current"] is None
-    assert gpu["ecc.errors.uncorrected.volatile.total"] is None
-    assert gpu["compute_cap"] == "7.5"
-
-
-def test_gpu_csv_blank_lines_and_empty_output() -> None:
-    both = parse_gpu_csv(H100_CSV, BASE_GPU_FIELDS)
-    assert parse_gpu_csv("\n" + H100_CSV + "\n\n", BASE_GPU_FIELDS) == both
-    assert parse_gpu_csv("") == []
-
-
-@pytest.mark.parametrize("fixture", ["query-gpu-csv-exporter.txt", "query-gpu-invalid-field.txt"])
-def test_gpu_csv_of_another_shape_is_rejected(fixture: str) -> None:
-    """Another field list, or the error text of an unknown field, must not parse as GPUs."""
-    with pytest.raises(ToolError, match="unexpected nvidia-smi CSV line"):
-        parse_gpu_csv((SMI / fixture).read_text())
+    cases = [json.loads(c.read_text()) for c in (CASES / "probe_gpu.parse_banner").glob("*.json")]
+    covered = {case.get("output_file") for case in cases if "expected" in case}
+    assert {f"nvidia-smi/{name}" for name in with_banner} <= covered
 
 
 def _fake_torch(root: Path, version_py: str) -> None:
@@ -224,7 +126,7 @@ def test_nccl_wheel_version_from_dist_info(tmp_path: Path) -> None:
 
 def test_no_nccl_wheel_is_none(tmp_path: Path) -> None:
     (tmp_path / "nvidia_nccl_cu12-2.21.5.egg-link").mkdir()  # not a dist-info folder
-    assert collector._nccl_wheel([str(tmp_path), str(tmp_path / "missing")]) is None
+    assert probe_python._nccl_wheel([str(tmp_path), str(tmp_path / "missing")]) is None
 
 
 def test_probe_imports_stay_light(tmp_path: Path) -> None:

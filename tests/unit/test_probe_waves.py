@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 
 import pytest
 
 from clusterkit import framing
+from clusterkit.contract.session import SessionOptions
 from clusterkit.facts import PROBE_VERSION
 from clusterkit.inventory.model import Host, Inventory
+from clusterkit.probe.stage import ProbeStage
 from clusterkit.stages import Session, run_stages
-from clusterkit.stages.probe import ProbeStage
-from clusterkit.stages.session import SessionOptions
-from clusterkit.transport.base import CommandResult, Deadline
+from clusterkit.transport.base import CommandResult
+from tests.support.fake_transport import Call, FakeTransport
 
 PROBE_SECONDS = 10.0
 WORK_SECONDS = 8.0  # what each probe takes on its node, on the test's clock
@@ -37,24 +37,19 @@ class Clock:
             self.now += seconds
 
 
-class WorkingTransport:
-    """Answers the probe after WORK_SECONDS of the clock, if its deadline allows."""
+def working_node(host: str, clock: Clock, seen: dict[str, float]) -> FakeTransport:
+    """A node that answers the probe after WORK_SECONDS of the clock, if its deadline allows."""
 
-    def __init__(self, host: str, clock: Clock, seen: dict[str, float]) -> None:
-        self.host, self.clock, self.seen = host, clock, seen
+    def answer(call: Call) -> CommandResult:
+        seen[host] = call.deadline.remaining()
+        if call.deadline.remaining() < WORK_SECONDS:
+            clock.advance(call.deadline.remaining())
+            return CommandResult(host, None, b"", b"", timed_out=True)
+        clock.advance(WORK_SECONDS)
+        payload = {"probe_version": PROBE_VERSION, "facts": {"hostname": {"hostname": host}}}
+        return CommandResult(host, 0, framing.encode(payload), b"")
 
-    def run(self, argv: Sequence[str], *, stdin: bytes | None = None, deadline: Deadline,
-            output_cap: int = 0) -> CommandResult:  # fmt: skip
-        self.seen[self.host] = deadline.remaining()
-        if deadline.remaining() < WORK_SECONDS:
-            self.clock.advance(deadline.remaining())
-            return CommandResult(self.host, None, b"", b"", timed_out=True)
-        self.clock.advance(WORK_SECONDS)
-        payload = {"probe_version": PROBE_VERSION, "facts": {"hostname": {"hostname": self.host}}}
-        return CommandResult(self.host, 0, framing.encode(payload), b"")
-
-    def close(self) -> None:
-        pass
+    return FakeTransport(host, answer=answer)
 
 
 def test_every_host_gets_the_whole_probe_timeout_one_at_a_time(
@@ -65,7 +60,7 @@ def test_every_host_gets_the_whole_probe_timeout_one_at_a_time(
     hosts = tuple(Host(f"n{i}", f"10.0.0.{i}") for i in range(4))
     session = Session(Inventory(None, hosts), None, SessionOptions(forks=1))
     seen: dict[str, float] = {}
-    session.transports = {h.name: WorkingTransport(h.name, clock, seen) for h in hosts}  # type: ignore[misc]
+    session.transports = {h.name: working_node(h.name, clock, seen) for h in hosts}
     run_stages(session, [ProbeStage(PROBE_SECONDS)])
     assert session.failures == {}
     assert sorted(session.facts) == ["n0", "n1", "n2", "n3"]
@@ -81,7 +76,7 @@ def test_hosts_whose_facts_the_session_holds_are_not_probed_again() -> None:
     hosts = tuple(Host(f"n{i}", f"10.0.0.{i}") for i in range(4))
     session = Session(Inventory(None, hosts), None, SessionOptions())
     seen: dict[str, float] = {}
-    session.transports = {h.name: WorkingTransport(h.name, clock, seen) for h in hosts}  # type: ignore[misc]
+    session.transports = {h.name: working_node(h.name, clock, seen) for h in hosts}
     known = {"n0": {"hostname": {"hostname": "post-mortem"}}, "n2": {}}
     session.facts.update(known)  # type: ignore[arg-type]
     stage = ProbeStage(PROBE_SECONDS)

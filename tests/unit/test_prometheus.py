@@ -16,7 +16,7 @@ import pytest
 
 from clusterkit.checks.model import Finding, Status
 from clusterkit.facts import HostEntry, parse_facts
-from clusterkit.node.collector import parse_kernel_log
+from clusterkit.node.kernellog import parse_kernel_log
 from clusterkit.report.model import Report
 from clusterkit.report.prometheus import LABEL_MAX, METRICS, label_value, render_prometheus
 from tests.support.cli import run_cli

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import cli
+from clusterkit.cli import provision
 from clusterkit.commands.provision import plan
 from clusterkit.environment import Environment
 from clusterkit.errors import UsageError
@@ -31,7 +32,7 @@ def test_argv_has_every_option_as_its_own_item(inventory: str) -> None:
         ["provision", inventory, "--tags", "firewall,limits", "--limit", "node1", "--check",
          "--diff", "-e", "shm_size=64g", "-vv"]
     )  # fmt: skip
-    argv = build_argv(plan(args, Environment()), "/usr/bin/ansible-playbook")
+    argv = build_argv(plan(provision.request(args), Environment()), "/usr/bin/ansible-playbook")
     assert argv[:3] == ["/usr/bin/ansible-playbook", "-i", inventory]
     assert argv[3].endswith("playbooks/site.yml")
     assert argv[4:] == [
@@ -47,12 +48,15 @@ def test_plain_run_passes_only_inventory_and_playbook(tmp_path: Path) -> None:
 
 def test_unknown_tag_is_a_usage_error(inventory: str) -> None:
     with pytest.raises(UsageError, match="unknown tag fw"):
-        plan(cli.parse(["provision", inventory, "--tags", "fw"]), Environment())
+        plan(provision.request(cli.parse(["provision", inventory, "--tags", "fw"])), Environment())
 
 
 def test_limit_naming_no_host_is_rejected_before_ansible_runs(inventory: str) -> None:
     with pytest.raises(UsageError):
-        plan(cli.parse(["provision", inventory, "--limit", "node9"]), Environment())
+        plan(
+            provision.request(cli.parse(["provision", inventory, "--limit", "node9"])),
+            Environment(),
+        )
 
 
 def test_playbook_found_in_the_checkout() -> None:

@@ -9,13 +9,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from clusterkit.checks.model import Finding, Status
+from clusterkit.checks.model import Finding, Status, verdict_status
 from clusterkit.environment import Environment
 from clusterkit.node import collector
 from clusterkit.report import emit
 from clusterkit.report.jsonout import render_json
 from clusterkit.report.junit import render_junit
-from clusterkit.report.model import Report, verdict_status
+from clusterkit.report.model import Report
 from clusterkit.report.text import render_plain, render_rich
 from clusterkit.status import ExitStatus
 

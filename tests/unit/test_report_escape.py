@@ -6,7 +6,7 @@ import io
 import xml.etree.ElementTree as ET
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.report.escape import printable
+from clusterkit.escape import printable
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report
 from clusterkit.report.progress import Progress

@@ -15,7 +15,7 @@ from clusterkit.checks.gpu_health import gpu_health_findings
 from clusterkit.checks.model import Finding, Status, over_hosts, per_host
 from clusterkit.environment import Environment
 from clusterkit.hostlist import fold_hostlist, parse_hostlist
-from clusterkit.node.collector import parse_gpu_csv
+from clusterkit.node.probe_gpu import parse_gpu_csv
 from clusterkit.report import emit
 from clusterkit.report.fold import (
     fold_gpu_remedy,

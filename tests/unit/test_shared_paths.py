@@ -15,8 +15,8 @@ import pytest
 
 from clusterkit import framing
 from clusterkit.checks.model import Status
+from clusterkit.contract.session import Session
 from clusterkit.inventory.model import ClusterSettings, Host, Inventory
-from clusterkit.stages.session import Session
 from clusterkit.storage.checks import shared_findings
 from clusterkit.storage.results import MalformedAnswer, parse_answer
 from clusterkit.storage.stage import run_storage_stage

@@ -6,19 +6,20 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from clusterkit.checks.model import Finding, Status
-from clusterkit.commands.common import check_stages
+from clusterkit.cli.requests import CheckRun, Connection
+from clusterkit.commands.common import check_plan
 from clusterkit.environment import Environment
 from clusterkit.errors import ConfigError, UsageError
-from clusterkit.inventory import load_inventory
 from clusterkit.report import Report
+from clusterkit.settings.loader import load_inventory
 from clusterkit.slurm.check import failing_hosts, slurm_stages
 from clusterkit.slurm.stages import InStep, SrunConnectStage
 from clusterkit.slurm.target import SlurmRequest, SlurmTarget, slurm_target
+from clusterkit.stages.lists import check_stages
 from clusterkit.transport.srun import SrunSession
 from tests.support.cli import run_cli
 
@@ -118,12 +119,11 @@ def test_every_stage_that_acts_on_nodes_runs_in_a_step(tmp_path: Path) -> None:
         pytest.skip("srun not installed (apt-get install slurm-client)")
     target = slurm_target(SlurmRequest(nodes="n[1-2]"), None, NO_SLURM)
     target = SlurmTarget(target.inventory, "7", target.source, "srun")  # inside job 7
-    cli = SimpleNamespace(
-        timeout=10.0, min_busbw=None, forks=4, skip=[],
-        host_key_policy=None, known_hosts=[], ssh_config=None, connect_timeout=None,
-    )  # fmt: skip
+    run = CheckRun(connection=Connection(forks=4), timeout=10.0)
     environ = {"PATH": os.environ.get("PATH", os.defpath)}  # where srun was found
-    stages = slurm_stages(target, check_stages(cli, Environment(), target.inventory), environ)
+    stages = slurm_stages(
+        target, check_stages(check_plan(run, Environment()), target.inventory), environ
+    )
     kinds = {stage.name: type(stage) for stage in stages}
     assert kinds.pop("connect") is SrunConnectStage
     assert kinds.pop("static") is not InStep

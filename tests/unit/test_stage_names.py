@@ -1,4 +1,4 @@
-"""Stage names are declared once (clusterkit/stagenames.py): the Stage classes, the CLI's
+"""Stage names are declared once (clusterkit/contract/names.py): the Stage classes, the CLI's
 --skip choices and the reports' order all agree with that declaration."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 import clusterkit
 from clusterkit import cli
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.names import SKIPPABLE, STAGE_ORDER, stage_rank
+from clusterkit.contract.session import Session
+from clusterkit.contract.stage import Stage, StageResult
 from clusterkit.errors import UsageError
 from clusterkit.report.junit import render_junit
 from clusterkit.report.model import Report
 from clusterkit.report.text import render_plain
-from clusterkit.stagenames import SKIPPABLE, STAGE_ORDER, stage_rank
-from clusterkit.stages.base import Stage, StageResult
-from clusterkit.stages.session import Session
 from tests.support.cli import run_cli
 
 
@@ -48,7 +48,7 @@ def test_every_stage_class_is_declared_and_every_declared_stage_has_a_class() ->
 
 
 def test_a_stage_class_with_an_undeclared_name_fails_where_it_is_defined() -> None:
-    with pytest.raises(TypeError, match=r"'netwrok' is not in clusterkit/stagenames\.py"):
+    with pytest.raises(TypeError, match=r"'netwrok' is not in clusterkit/contract/names\.py"):
 
         class Misspelled(Stage):
             name = "netwrok"  # type: ignore[assignment]
@@ -104,8 +104,6 @@ STAMPS_A_STAGE: dict[str, str] = {
     "clusterkit/stages/runner.py": "the runner: the one place a stage's name is stamped",
     "clusterkit/report/fold.py": "a folded line keeps the stage of the findings it folds",
     "clusterkit/checks/baseline.py": "drift is compared after the stages: a drop shows as bench",
-    "clusterkit/bench/gate.py": "redundant, the runner stamps it too: to remove",
-    "clusterkit/net/finding.py": "redundant, the runner stamps it too: to remove",
 }
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from clusterkit.bench.stage import BenchStage, bench_blocker
 from clusterkit.checks.model import Finding, Status
+from clusterkit.contract.session import SessionOptions
 from clusterkit.inventory.model import Host, Inventory
 from clusterkit.stages import Session, Stage, StageResult, build_report, run_stages
-from clusterkit.stages.bench import BenchStage, bench_blocker
-from clusterkit.stages.session import SessionOptions
 from clusterkit.status import ExitStatus
 from clusterkit.transport.base import Deadline
+from tests.support.fake_transport import FakeTransport
 
 
 class Recorder(Stage):
@@ -32,7 +33,7 @@ class Recorder(Stage):
 def session_of(hosts: int, **options) -> Session:
     inventory = Inventory(None, tuple(Host(f"n{i}", f"10.0.0.{i}") for i in range(hosts)))
     session = Session(inventory, Deadline.after(60), SessionOptions(**options))
-    session.transports = {host.name: object() for host in inventory.hosts}  # type: ignore[misc]
+    session.transports = {host.name: FakeTransport(host.name) for host in inventory.hosts}
     return session
 
 
