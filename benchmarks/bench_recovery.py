@@ -31,14 +31,24 @@ issue 35's targets (detected within 15 s and stopped within 5 s more; a partitio
 training under 30 s; a crash within 5 s of the bare restart). Between runs the cluster is
 reset (sshd started again, firewalls flushed) and the lost node's leftover run folder removed,
 as its reboot would.
-Run as root (namespaces, sshd):
+
+With --slurm the same faults strike the same job inside a Slurm allocation of the 4 nodes
+(tests/support/slurmcluster.py: a real slurmctld, a slurmd per node): clusterkit runs
+`launch --slurm` from this machine as a shell inside the allocation would (its node processes
+are srun steps), and the bare restart starts torchrun with one `srun --overlap -w NODE` step
+per node instead of ssh. A crash kills the node's slurmd with the rest (it is started again
+afterwards, as the node's boot would); each run gets an allocation of its own.
+Run as root (namespaces, sshd, slurmd):
 python benchmarks/bench_recovery.py [--repeat 3] [--steps 40] [--faults worker,master,partition]
+    [--slurm]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -48,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -60,19 +70,98 @@ from benchmarks.machine import busy_cpu_seconds  # noqa: E402
 from tests.support.netcluster import (  # noqa: E402
     SSHD,
     NetCluster,
+    NetClusterError,
     Node,
     kill_netns_processes,
     node_python,
     parallel,
+    pids_in_netns,
     process_exe,
+    read_process,
     unavailable_reason,
 )
+from tests.support.slurmcluster import SlurmCluster  # noqa: E402
+from tests.support.slurmcluster import unavailable_reason as slurm_unavailable  # noqa: E402
 
 JOB = str(REPO / "tests" / "support" / "ddp_job.py")
+RUN = "torch.distributed.run"
 WAIT = 300.0  # seconds for any one condition (a torch import on a busy 2-core box is slow)
 BARE_PORT = 29600  # the bare runs' master ports; clusterkit's is its own (29500)
 START = re.compile(r"start step=(\d+) restart=1\b")
 JOINED = re.compile(r"joined rank=")
+
+
+@dataclass
+class Site:
+    """Where the job runs: over SSH with the inventory, or with `slurm` inside an allocation
+    of the 4 nodes (held for one run at a time), its steps started with srun."""
+
+    cluster: NetCluster
+    inventory: Path
+    slurm: SlurmCluster | None = None
+    allocation: str = ""  # the job id of the run's allocation, under Slurm
+
+    def launch_args(self, scratch: Path) -> list[str]:
+        """What names the nodes to `clusterkit launch`: the inventory, or the allocation."""
+        if self.slurm is None:
+            return [str(self.inventory)]
+        settings = scratch / "clusterkit.yaml"
+        settings.write_text(json.dumps({"clusterkit": {"interface": "eth0"}}))
+        return ["--slurm", "--settings", str(settings)]
+
+    def env(self) -> dict[str, str] | None:
+        """A shell's environment inside the allocation (as salloc gives), or None: ours."""
+        if self.slurm is None:
+            return None
+        venv = str(Path(sys.executable).parent)
+        return {**os.environ, "PATH": f"{venv}:{os.environ['PATH']}",
+                "SLURM_CONF": str(self.slurm.conf), "SLURM_JOB_ID": self.allocation,
+                "SLURM_JOB_NODELIST": "node[1-4]"}  # fmt: skip
+
+    def remote(self, node: Node, command: list[str]) -> list[str]:
+        """`command` on `node`, as an operator's script starts it: ssh, or an srun step."""
+        if self.slurm is None:
+            return node.ssh_argv(shlex.join(command))
+        return ["srun", "--jobid", self.allocation, "-N1", "-n1", "-w", node.name,
+                "--overlap", "--quiet", *command]  # fmt: skip
+
+    def boot(self, node: Node) -> None:
+        """slurmd again on a crashed node, waited for until it runs: the reset that follows
+        kills whatever else runs there, a slurmd still starting (its mounts) included."""
+        assert self.slurm is not None
+        self.slurm.restart_slurmd(node)
+        slurmd = os.path.realpath(shutil.which("slurmd") or "/usr/sbin/slurmd")
+
+        def up() -> bool:
+            return any(process_exe(pid) == slurmd for pid in pids_in_netns(node.netns))
+
+        end = time.monotonic() + 30.0
+        while not up():
+            if time.monotonic() > end:
+                raise SystemExit(f"slurmd did not start again on {node.name}")
+            time.sleep(0.05)
+
+    @contextlib.contextmanager
+    def session(self, fault: Fault) -> Iterator[None]:
+        """One run; afterwards the cluster healthy again: the victim booted (sshd, slurmd),
+        firewalls flushed, nothing left running, and under Slurm no job, every node idle."""
+        try:
+            if self.slurm is None:
+                yield
+            else:
+                with self.slurm.allocation(4) as job:
+                    self.allocation = job
+                    yield
+        finally:
+            if self.slurm is None:
+                self.cluster.reset()
+            else:
+                if not fault.partition:
+                    self.boot(self.cluster[fault.victim])
+                try:
+                    self.slurm.reset()
+                except NetClusterError:  # the booted node's job still completing: more time
+                    self.slurm.wait_idle(timeout=WAIT)
 
 
 @dataclass
@@ -201,16 +290,14 @@ def recovered(ranks: dict[str, Started], fault: Fault, struck: float, busy: floa
 # --- clusterkit ------------------------------------------------------------------------------
 
 
-def clusterkit_run(
-    cluster: NetCluster, inventory: Path, scratch: Path, steps: int, fault: Fault
-) -> Measured:
+def clusterkit_run(site: Site, scratch: Path, steps: int, fault: Fault) -> Measured:
     report = scratch / "report.json"
     argv = [
-        sys.executable, "-m", "clusterkit", "launch", str(inventory), "--skip", "bench",
-        "--nnodes", "3", "--max-restarts", "1", "--check-output", str(report),
+        sys.executable, "-m", "clusterkit", "launch", *site.launch_args(scratch), "--skip",
+        "bench", "--nnodes", "3", "--max-restarts", "1", "--check-output", str(report),
         "--format", "json", "--", JOB, *job_args(scratch / "clusterkit.pt", steps),
     ]  # fmt: skip
-    launch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    launch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=site.env())
     output = Output()
     output.follow(launch.stdout, "stdout")
     output.follow(launch.stderr, "stderr")
@@ -219,7 +306,7 @@ def clusterkit_run(
         training = re.compile(rf"^{fault.victim}/\d+: step 3 ")
         wait_for("the victim training", lambda: has_line(output, "stdout", training), output, alive)
         busy = busy_cpu_seconds()
-        struck = strike(cluster[fault.victim], fault)
+        struck = strike(site.cluster[fault.victim], fault)
         found = lambda: ranks_started(output, struck)  # noqa: E731
         first = wait_for("the new attempt", found, output, alive)
         busy = busy_cpu_seconds() - busy
@@ -277,9 +364,16 @@ def job_args(checkpoint: Path, steps: int) -> list[str]:
 
 
 def torchrun(
-    node: Node, rank: int, master: Node, port: int, restart: int, scratch: Path, job: list[str]
+    site: Site,
+    node: Node,
+    rank: int,
+    master: Node,
+    port: int,
+    restart: int,
+    scratch: Path,
+    job: list[str],
 ) -> subprocess.Popen[bytes]:
-    """torchrun on `node` over OpenSSH, as an operator's script starts it."""
+    """torchrun on `node` over OpenSSH or srun, as an operator's script starts it."""
     env = {"GLOO_SOCKET_IFNAME": node.interface, "PYTHONUNBUFFERED": "1",
            "CLUSTERKIT_RESTART": str(restart)}  # fmt: skip
     command = [
@@ -290,21 +384,31 @@ def torchrun(
         JOB, *job,
     ]  # fmt: skip
     return subprocess.Popen(
-        node.ssh_argv(shlex.join(command)),
+        site.remote(node, command),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        env=site.env(),
     )
 
 
-def stop_job(node: Node) -> None:
-    """Every process of the job on a surviving node killed; its sshd stays."""
+def stop_job(node: Node, only_job: bool = False) -> None:
+    """Every process of the job on a surviving node killed; its sshd stays, and with
+    `only_job` (under Slurm) every process that is not torchrun or a rank (slurmd, the
+    allocation's own steps; the job's step ends with its torchrun)."""
     listener = node.sshd.pid if node.sshd else None
-    kill_netns_processes(node.netns, keep=lambda pid: pid == listener or process_exe(pid) == SSHD)
+
+    def keep(pid: int) -> bool:
+        if pid == listener or process_exe(pid) == SSHD:
+            return True
+        found = read_process(pid) if only_job else None
+        return found is not None and not any(JOB in arg or RUN in arg for arg in found.argv)
+
+    kill_netns_processes(node.netns, keep=keep)
 
 
-def bare_run(cluster: NetCluster, scratch: Path, steps: int, port: int, fault: Fault) -> Measured:
-    nodes = {name: cluster[name] for name in ("node1", "node2", "node3", "node4")}
+def bare_run(site: Site, scratch: Path, steps: int, port: int, fault: Fault) -> Measured:
+    nodes = {name: site.cluster[name] for name in ("node1", "node2", "node3", "node4")}
     job = job_args(scratch / "bare.pt", steps)
     output = Output()
     processes: list[subprocess.Popen[bytes]] = []
@@ -313,10 +417,12 @@ def bare_run(cluster: NetCluster, scratch: Path, steps: int, port: int, fault: F
         master = nodes[names[0]]
         for rank, name in enumerate(names):
             node = nodes[name]
-            processes.append(torchrun(node, rank, master, port + restart, restart, scratch, job))
+            process = torchrun(site, node, rank, master, port + restart, restart, scratch, job)
+            processes.append(process)
             output.follow(processes[-1].stdout, f"{node.name}#{restart}")
 
     alive = lambda: any(p.poll() is None for p in processes)  # noqa: E731
+    stop = lambda node: stop_job(node, only_job=site.slurm is not None)  # noqa: E731
     try:
         start(("node1", "node2", "node3"), 0)
         training = re.compile(r"^step 3 ")
@@ -324,17 +430,17 @@ def bare_run(cluster: NetCluster, scratch: Path, steps: int, port: int, fault: F
         wait_for("the victim training", lambda: has_line(output, victim, training), output, alive)
         busy = busy_cpu_seconds()
         struck = strike(nodes[fault.victim], fault)
-        parallel(stop_job, [nodes[name] for name in fault.survivors])
+        parallel(stop, [nodes[name] for name in fault.survivors])
         start(fault.next_set, 1)  # a new port: no wait for the old
         found = lambda: new_ranks_started(output, struck)  # noqa: E731
         first = wait_for("the new attempt", found, output, alive)
         busy = busy_cpu_seconds() - busy
         return recovered(first, fault, struck, busy)
     finally:
-        parallel(stop_job, list(nodes.values()))
+        parallel(stop, list(nodes.values()))
         for process in processes:
-            try:  # a partitioned node's session never ends by itself
-                process.wait(timeout=10 if fault.partition else 30)
+            try:  # a partitioned node's session never ends by itself, nor a dead step's srun
+                process.wait(timeout=10 if fault.partition or site.slurm else 30)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
@@ -352,22 +458,23 @@ def new_ranks_started(output: Output, since: float) -> dict[str, Started] | None
 
 
 def one_round(
-    cluster: NetCluster, inventory: Path, scratch: Path, round_: int, steps: int, fault: Fault
+    site: Site, scratch: Path, round_: int, steps: int, fault: Fault
 ) -> dict[str, Measured]:
     """Both variants, in turns that swap every round; the cluster healthy after each."""
     offset = 2 * (round_ + 10 * list(FAULTS.values()).index(fault))
     variants: dict[str, Callable[[Path], Measured]] = {
-        "clusterkit": lambda folder: clusterkit_run(cluster, inventory, folder, steps, fault),
-        "bare": lambda folder: bare_run(cluster, folder, steps, BARE_PORT + offset, fault),
+        "clusterkit": lambda folder: clusterkit_run(site, folder, steps, fault),
+        "bare": lambda folder: bare_run(site, folder, steps, BARE_PORT + offset, fault),
     }
     order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
     measured: dict[str, Measured] = {}
     for name in order:
         folder = scratch / f"{fault.victim}-{fault.partition:d}-{name}-{round_}"
         folder.mkdir()
-        measured[name] = variants[name](folder)
-        cluster.reset()  # the victim's sshd back, firewalls flushed, nothing left running
-        print(f"  {name:<10} run {round_ + 1}: {describe(measured[name])}", flush=True)
+        with site.session(fault):
+            measured[name] = variants[name](folder)
+        print(f"  {name:<10} run {round_ + 1}: {describe(measured[name])} "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
     return measured
 
 
@@ -379,6 +486,7 @@ def describe(run: Measured) -> str:
     if run.incident:
         parts = ", ".join(f"{key} {value:.2f}" for key, value in breakdown(run).items())
         words += f"\n{'':18}incident, seconds: {parts}"
+        words += f"\n{'':18}reason: {str(run.incident.get('reason'))[:200]}"
     return words
 
 
@@ -444,20 +552,22 @@ def main() -> int:
         "--faults", default=",".join(FAULTS), help="which faults, comma-separated: "
         + ", ".join(FAULTS) + " (default: all)",
     )  # fmt: skip
+    parser.add_argument("--slurm", action="store_true", help="inside a Slurm allocation (srun)")
     args = parser.parse_args()
     chosen = [FAULTS[name] for name in args.faults.split(",") if name]
-    reason = unavailable_reason()
+    reason = unavailable_reason() or (slurm_unavailable() if args.slurm else None)
     if reason:
-        raise SystemExit(f"needs the namespace cluster: {reason}")
+        raise SystemExit(f"needs the namespace cluster{' and Slurm' * args.slurm}: {reason}")
     results: list[tuple[Fault, list[dict[str, Measured]]]] = []
-    with NetCluster(4) as cluster, tempfile.TemporaryDirectory() as folder:
-        scratch = Path(folder)
-        inventory = cluster.inventory(scratch / "inventory.yaml")
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(NetCluster(4))
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        slurm = stack.enter_context(SlurmCluster(cluster)) if args.slurm else None
+        site = Site(cluster, cluster.inventory(scratch / "inventory.yaml"), slurm)
         for fault in chosen:
-            print(f"{fault.name}:", flush=True)
+            print(f"{fault.name}{' under Slurm' * args.slurm}:", flush=True)
             runs = [
-                one_round(cluster, inventory, scratch, round_, args.steps, fault)
-                for round_ in range(args.repeat)
+                one_round(site, scratch, round_, args.steps, fault) for round_ in range(args.repeat)
             ]
             results.append((fault, runs))
     for fault, runs in results:
