@@ -6,7 +6,7 @@ A node is not trusted: the frame it prints is checked against these types where 
 key included, fails that node with the path of the first bad value (as a node that sent no
 result does), and the gate reads typed results: a renamed key is a mypy error, not a gate
 that silently skips. The worker ships with the control side, so there is no version to
-skew; change its output and these types change with it (tests/unit/test_bench_torchrun.py
+skew; change its output and these types change with it (tests/unit/bench/test_bench_torchrun.py
 runs the real worker's result through them, test_bench_results.py a recorded one).
 """
 

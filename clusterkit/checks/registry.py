@@ -5,7 +5,8 @@ line: the ids are a public contract (JSON `id`, JUnit test names, Slurm drain re
 id is a type error where the finding is made. The tables below say, for each id, its page
 and what it checks; a dict keyed by CheckId cannot hold an unknown id, and importing this
 module fails if an id lacks its line (the two lists are one declaration, held together).
-tests/unit/test_check_registry.py holds these tables and the docs' tables to each other."""
+tests/unit/architecture/test_check_registry.py holds these tables and the docs' tables to
+each other."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ A node is not trusted: its report is checked against these types where it arrive
 key included, fails that node's image check with the path of the first bad value, and the
 checks read typed facts: a renamed key is a mypy error. The node program ships with the
 control side, so there is no version to skew; change its output and these types change
-with it (tests/unit/test_image_presence.py runs the real program's report through them).
+with it (tests/unit/image/test_image_presence.py runs the real program's report through them).
 
 Most keys are optional: the program stops at the first step that fails and says why in
 `error`, beside what it found until then.

@@ -9,7 +9,7 @@ path of the first bad value. A dump always counts as the node's answer: each ran
 is checked alone, and one of another shape is dropped and named, never the others with it.
 
 The node program ships with the control side, so there is no version to skew; change its
-messages and these types change with it (tests/unit/test_launch_messages.py runs the real
+messages and these types change with it (tests/unit/launch/test_launch_messages.py runs the real
 program's messages through them).
 """
 

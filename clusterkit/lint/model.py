@@ -1,6 +1,6 @@
 """The rules' ids and texts, the finding every rule returns, and the cluster context the
 rules are judged with. The ids are a public contract (JSON `rule`, `launch`'s lines);
-docs/lint.md lists each with its source and tests/unit/test_lint_rules.py holds the two
+docs/lint.md lists each with its source and tests/unit/lint/test_lint_rules.py holds the two
 together."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A node is not trusted: each report is checked against these types where it arriv
 fails that node's step with the path of the first bad value, and the stage reads typed
 reports: a renamed key is a mypy error, not a finding that silently skips. The node program
 is composed from the same checkout as the control side, so there is no version to skew;
-change its output and these types change with it (tests/unit/test_net_messages.py runs the
+change its output and these types change with it (tests/unit/net/test_net_messages.py runs the
 real program's reports through these parsers).
 """
 

@@ -2,9 +2,9 @@
 
 Nodes may lack clusterkit, and their Python may be as old as 3.8: what is here uses the
 standard library only (the bench worker, torch too) and Python 3.8 syntax, and imports
-nothing of clusterkit beyond this folder and the version (tests/unit/test_layers.py: the
-"node" layer). The rest of clusterkit is the control side; clusterkit/transport/ is the wire
-between them.
+nothing of clusterkit beyond this folder and the version
+(tests/unit/architecture/test_layers.py: the "node" layer). The rest of clusterkit is the
+control side; clusterkit/transport/ is the wire between them.
 
 One module per program, shipped one way, by clusterkit/transport/nodescript.py: its text
 with the prelude in place of `from clusterkit.node.prelude import ...`, sent over stdin

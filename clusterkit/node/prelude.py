@@ -6,7 +6,7 @@ Never shipped alone: clusterkit/transport/nodescript.py puts this text where a n
 `from clusterkit.node.prelude import ...`, so the script runs on a node without
 clusterkit, and still imports it as usual where clusterkit is installed (the control side,
 the tests). Everything defined here thus lands in each script's namespace: scripts must not
-define these names themselves (tests/unit/test_node_scripts.py holds them to that).
+define these names themselves (tests/unit/node/test_node_scripts.py holds them to that).
 """
 
 import contextlib
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 
-# The result frame; must equal clusterkit/framing.py (tests/unit/test_node_scripts.py).
+# The result frame; must equal clusterkit/framing.py (tests/unit/node/test_node_scripts.py).
 BEGIN = b"\n--clusterkit-begin--\n"
 END = b"\n--clusterkit-end--\n"
 # Tools such as ip and iptables-save live in sbin, which a non-login SSH session's PATH lacks.

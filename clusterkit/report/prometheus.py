@@ -26,7 +26,7 @@ PREFIX = "clusterkit_"
 GB = 1e9  # the bench's GB/s are nccl-tests' (10^9 bytes)
 
 # Every metric this module writes: name -> (help, what one series is). docs/report.md lists
-# the same; tests/unit/test_prometheus.py holds the two together.
+# the same; tests/unit/report/test_prometheus.py holds the two together.
 METRICS: dict[str, str] = {
     "clusterkit_check_status": "worst status of a check on a host: 0 ok, 1 skip, 2 warn, "
     "3 error, 4 fail (host empty: a finding about no host)",

@@ -5,7 +5,7 @@ A node is not trusted: its answer is checked against these types where it arrive
 or a path that was not asked for included, fails that node with the path of the first bad
 value, and the verdicts read typed entries: a renamed key is a mypy error. The node program
 ships with the control side, so there is no version to skew; change its output and these
-types change with it (tests/unit/test_shared_paths.py runs the real program's answers
+types change with it (tests/unit/stages/test_shared_paths.py runs the real program's answers
 through them).
 """
 

@@ -13,7 +13,7 @@ import pytest
 from clusterkit.hostlist import parse_hostlist
 from clusterkit.slurm.target import SlurmRequest, slurm_target
 from tests.support.slurmcluster import SlurmCluster
-from tests.unit.test_slurm_hostlist import INVALID, VALID
+from tests.unit.slurm.test_slurm_hostlist import INVALID, VALID
 
 REAL_WORLD = [
     "gpu[001-004,007],login1",

@@ -141,7 +141,7 @@ class NotRun:
 Use = Here | OnCluster | NotRun
 
 SLURM = "inside a Slurm allocation or on a Slurm node: tests/slurm/ runs it on a real Slurm"
-INVENTORY_FORM = "an inventory form: tests/unit/test_inventory*.py and tests/conformance/"
+INVENTORY_FORM = "an inventory form: tests/unit/inventory/ and tests/conformance/"
 SYNOPSIS = NotRun("a synopsis: brackets mark optional flags, not a command to paste")
 
 # Every command the docs show, and what these tests do with it. A command the docs gain must
@@ -156,7 +156,7 @@ USES: dict[str, Use] = {
     "launch inventory.yaml --check-output check.html --format html -- train.py": OnCluster(),
     "bench inventory.yaml --find-slow --per-node --format html -o bench.html": NotRun(
         "minutes of rounds on the test cluster: tests/cluster/test_find_slow_cluster.py runs "
-        "--find-slow; the page from its details: tests/unit/test_report_html.py"
+        "--find-slow; the page from its details: tests/unit/report/test_report_html.py"
     ),
     "check inventory.yaml --fix-plan": OnCluster(),
     "bench inventory.yaml --min-busbw 40": OnCluster(status=1),  # gloo on veths: ~1 GB/s
@@ -186,7 +186,7 @@ USES: dict[str, Use] = {
     "bench inventory.yaml --format json -o report.json -J allreduce.json": OnCluster(),
     "bench --slurm --settings clusterkit.yaml": NotRun(SLURM),
     "bench inventory.yaml --find-slow --group-size 4": NotRun(
-        "needs 16 nodes or more; the test cluster has 4 (tests/unit/test_bench_find_slow.py)"
+        "needs 16 nodes or more; the test cluster has 4 (tests/unit/bench/test_bench_find_slow.py)"
     ),
     "cost --nodes 4 --hours 72 --instance p5.48xlarge --preempt-rate 0.02 --correlation 2 "
     "--restart-min 15 --deadline 90 --plot cost.png": Here(),
@@ -216,7 +216,7 @@ USES: dict[str, Use] = {
     "lint --nodes 2 --nproc-per-node 8 --format json train.py": Here(),
     "launch inventory.yaml --lint strict -- train.py": OnCluster(),
     "node-check --format prometheus -o /var/lib/node_exporter/textfile/clusterkit.prom": NotRun(
-        "writes node_exporter's folder of a real node: tests/unit/test_prometheus.py runs "
+        "writes node_exporter's folder of a real node: tests/unit/report/test_prometheus.py runs "
         "node-check --format prometheus on this machine"
     ),
     "node-check [--settings FILE] [--slurm-drain] [--node-name NAME] [--strict]": SYNOPSIS,
