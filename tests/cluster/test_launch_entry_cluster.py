@@ -1,6 +1,6 @@
 """The launch's entry-script pre-flight on real hosts (issue 37 item 9): namespace nodes over
 real SSH, each with a folder of its own, as nodes without shared storage. One node without
-the script and one with another file under its name are both named, with the path, and
+the script and, where the copies differ, every copy are named, with the path, and
 nothing starts; once every node holds the same file the job runs.
 
 The nodes share this machine's filesystem; `ip netns exec` binds each entry of
@@ -60,10 +60,13 @@ def test_a_missing_script_and_another_file_are_named_and_nothing_starts(
     assert status == 1, stderr[-3000:]
     lines = [line for line in stderr.splitlines() if "pre-flight" in line]
     assert lines[0] == "clusterkit: pre-flight: train.py not found on node2 (/etc/opt/train.py)"
-    assert lines[1].startswith(
-        "clusterkit: pre-flight: train.py on node3 is another file (/etc/opt/train.py: sha256 "
+    edited = job + b"# edited on node3 only\n"
+    # One copy against one: no file is on most nodes, so neither node is blamed.
+    assert lines[1] == (
+        "clusterkit: pre-flight: train.py differs between nodes, and no one file is on most "
+        f"(node1: sha256 {sha(job)}, {len(job)} bytes; node3: sha256 {sha(edited)}, "
+        f"{len(edited)} bytes)"
     )
-    assert lines[1].endswith(f"than on node1 (sha256 {sha(job)}, {len(job)} bytes)")
     assert "nothing was started" in lines[2] and len(lines) == 3
     assert "launching run" not in stderr and "joined" not in stdout
 

@@ -303,3 +303,10 @@ def test_a_traceback_without_torch_names_the_default_python() -> None:
     )
     finding = failure_findings([_run("n1", 0, traceback, 1, 1.0)], {}, Deadline.after(1))[0]
     assert "on n1 (python3)" in finding.message
+
+
+def test_every_collective_the_worker_runs_has_its_bandwidth_check() -> None:
+    from clusterkit.node.bench_common import COLLECTIVES
+
+    assert set(gate.BUSBW_IDS) == set(COLLECTIVES)
+    assert gate.finding_id("all_reduce") == "bench.busbw"  # the id it always had
