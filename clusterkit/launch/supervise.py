@@ -53,9 +53,10 @@ from clusterkit.launch.messages import (
 )
 from clusterkit.launch.plan import MARKER_VARIABLE, NodeLaunch
 from clusterkit.launch.progress import ProgressWatch, Sample, Straggler
+from clusterkit.launch.sweep import SWEEP_SECONDS, sweep
 from clusterkit.launch.watch import Graded, grade, own_events
 from clusterkit.redact import redact_text
-from clusterkit.rundir import EACH_OWN_FOLDER, RUN_DIR
+from clusterkit.rundir import RUN_DIR
 from clusterkit.safefiles import PrivateFolder
 from clusterkit.status import ExitStatus, interrupted_status
 from clusterkit.transport.base import Deadline, RemoteProcess, Transport
@@ -65,26 +66,10 @@ START_SECONDS = 30.0  # the server starts the node process by then
 FAILURE_GRACE = 2.0  # after a node fails, how long the others may report their own failure
 DUMP_SECONDS = 45.0  # every node's stack dumps are back by then (py-spy: ~0.1 s a rank)
 STOP_MARGIN = 8.0  # beyond the stop grace, before a node's process group is killed
-SWEEP_SECONDS = 10.0  # the sweep of a node that never confirmed its stop answers by then
 LAST_LINES = 20  # kept per rank for the failure report
 HUNG_STATUS = 124  # like timeout(1): the job was stopped because it made no progress
 _RANK_LINE = re.compile(rb"^\[rank(\d{1,9})\]:(.*)$", re.S)  # a rank, not a 5000-digit number
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|watchdog timeout", re.I)
-
-# Ends every process carrying the job's marker on this node, and removes the run's folders:
-# the backstop when the node process cannot be reached any more to do it (killed, wedged).
-SWEEP_SCRIPT = (
-    r"""
-marker=$1
-for d in /proc/[0-9]*; do
-  if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$marker"; then
-    kill -KILL "${d#/proc/}" 2>/dev/null
-  fi
-done
-"""
-    + EACH_OWN_FOLDER
-    + """each_own_folder "$2" rm -rf --\ntrue\n"""
-)
 
 
 def node_source() -> bytes:
@@ -103,6 +88,7 @@ class _Node:
     stopped_by_us: bool = False
     ended: bool = False
     lost: bool = False
+    abandoned: bool = False  # its stop was overdue: we ended its process ourselves
     error: str | None = None
     heard_at: float = field(default_factory=time.monotonic)  # its last byte (sign of life)
     spoke: bool = False  # any byte yet: before the first, the start may take START_SECONDS
@@ -201,6 +187,7 @@ class Supervisor:
                 if not chunk and process.exited:
                     break
                 if node.stopped_by_us and node.commands.empty() and self._stop_overdue():
+                    node.abandoned = True
                     break
             result = process.finish(Deadline.after(2.0))
             for line in result.stdout.splitlines():
@@ -263,7 +250,10 @@ class Supervisor:
             self._line(node, payload)
         elif kind == "ended":
             node.ended = True
-            if node.reported_at is None and not node.stopped_by_us:
+            # Gone without a report: lost, even while it was being stopped (its channel
+            # went away, as a crashed node's does while its peers fail), unless it was us
+            # who ended it, its stop overdue.
+            if node.reported_at is None and not node.abandoned:
                 node.lost = True
                 node.error = str(payload or "the node process ended without a report")
                 self._lose(node, time.monotonic())
@@ -389,10 +379,15 @@ class Supervisor:
                 self._stop_all(graded.line())
 
     def _fail(self, item: failures.Failure, onset: float | None = None) -> None:
+        """A failure; the first one sets when the fault was detected and began. A node lost
+        after others failed (under srun a crashed node goes quiet while its peers' ranks fail
+        at once) went silent before their failures: the outage began at its last sign."""
         self.failures.append(item)
         if self.failed_at is None:
             self.failed_at = time.monotonic()
             self.onset_at = onset if onset is not None else self.failed_at
+        elif item.lost and onset is not None and self.onset_at is not None:
+            self.onset_at = min(self.onset_at, onset)
 
     def _lose(self, node: _Node, now: float) -> None:
         """The node is gone: its fault began at its last sign of life, not now."""
@@ -506,15 +501,8 @@ class Supervisor:
         threads: list[threading.Thread] = []
         for node in unconfirmed:
             marker = f"{MARKER_VARIABLE}={self.run_id}/{node.plan.node_rank}"
-
-            def sweep(node: _Node = node, marker: str = marker) -> None:
-                with contextlib.suppress(TransportError):
-                    node.transport.run(
-                        ["sh", "-c", SWEEP_SCRIPT, "clusterkit-sweep", marker, node.plan.run_name],
-                        deadline=Deadline.after(SWEEP_SECONDS),
-                    )
-
-            thread = threading.Thread(target=sweep, daemon=True)
+            where = (node.transport, marker, node.plan.run_name)
+            thread = threading.Thread(target=sweep, args=where, daemon=True)
             thread.start()
             if not (node.lost and not node.ended):
                 threads.append(thread)

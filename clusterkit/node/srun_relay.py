@@ -16,8 +16,9 @@ claims) and drops a line whose tag is not that node.
 In (one line each): `B id b64` a blob every node keeps; `C node cid b64json` start
 {argv, timeout}; `I node cid b64` stdin bytes; `R node cid id` a blob as stdin; `E node cid`
 close stdin; `K node cid` kill. Out: `node - ready job step`, `node cid o|e b64` output,
-`node cid x code` exited, `node cid t` killed at its timeout. End of stdin or SIGTERM kills
-every command's process group and ends the relay.
+`node cid x code` exited, `node cid t` killed at its timeout, `node - alive` after a second
+of silence (the control side tells a crashed node from a quiet one by it). End of stdin or
+SIGTERM kills every command's process group and ends the relay.
 """
 
 import base64
@@ -28,13 +29,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 from clusterkit.node.prelude import end_group
 
 NODE = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 CHUNK = 600  # raw bytes per line: a framed line stays under Slurm's 1024-byte I/O message
 KILL_GRACE = 2.0
+HEARTBEAT = 1.0  # the most time between two lines of this node's
 _lock = threading.Lock()
+_said_at = [time.monotonic()]
 _commands = {}  # type: dict[str, list]  # cid -> [process, stdin queue, killed]
 _blobs = {}  # type: dict[str, bytes]
 
@@ -45,6 +49,17 @@ def say(*words):
     with _lock:
         while data:
             data = data[os.write(1, data) :]
+        _said_at[0] = time.monotonic()
+
+
+def heartbeat():
+    """A line whenever nothing else was said for HEARTBEAT: every live node speaks."""
+    while True:
+        quiet = time.monotonic() - _said_at[0]
+        if quiet >= HEARTBEAT:
+            say("-", "alive")
+            quiet = 0.0
+        time.sleep(HEARTBEAT - quiet)
 
 
 def forward(cid, stream, tag):
@@ -113,6 +128,7 @@ def stop_all(*_):
 def main():
     signal.signal(signal.SIGTERM, stop_all)
     say("-", "ready", os.environ.get("SLURM_JOB_ID", "?"), os.environ.get("SLURM_STEP_ID", "?"))
+    threading.Thread(target=heartbeat, daemon=True).start()
     for line in sys.stdin.buffer:
         words = line.decode("ascii", "replace").split()
         if not words:

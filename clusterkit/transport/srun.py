@@ -40,6 +40,8 @@ from clusterkit.transport.base import (
 )
 from clusterkit.transport.nodescript import node_script
 from clusterkit.transport.pool import register_cancellable
+from clusterkit.transport.srun_command import step_argv, step_env
+from clusterkit.transport.srun_io import GoneNodes, srun_connections
 
 STEP_SECONDS = 600.0  # a phase opened without a deadline of its own
 STOP_SECONDS = 5.0  # a step told to end (stdin closed) is gone by then, or cancelled
@@ -48,8 +50,6 @@ BLOB_MIN = 2048  # stdin at least this long is broadcast once and referred to by
 _TASK_ERROR = re.compile(r"srun: error: (\S+): task \d+: (.+)")
 _LAUNCH_FAILED = re.compile(r"srun: error: Task launch for \S+ failed on node (\S+): (.+)")
 _LABEL = re.compile(rb" *(\d{1,9}): ")  # what `srun --label` puts before each task's line
-# Variables that would change the layout or the labelling of the step behind our back.
-_LAYOUT_ENV = ("SLURM_HOSTFILE", "SLURM_UNBUFFEREDIO", "SLURM_DISTRIBUTION", "SLURM_LABELIO")
 
 
 class StepLost(Exception):
@@ -81,9 +81,12 @@ class SrunStep:
         self.tasks = dict(enumerate(self.hosts))  # task id -> node, by the layout we ask for
         self.said_ids: dict[str, tuple[str, str]] = {}  # node -> (job, step) its relay said
         self.processes: dict[str, SrunProcess] = {}
+        self.heard: dict[str, float] = {}  # node -> when its relay's last line came
+        self._io = GoneNodes()
         self.ended = False  # srun exited: nothing more will come
         self.stderr_tail: list[str] = []
         self._written: set[str] = set()  # blobs every node already has
+        self._ender: threading.Thread | None = None  # waits for srun once the step is closed
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
         try:
             self.popen = subprocess.Popen(
@@ -92,7 +95,7 @@ class SrunStep:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # Ctrl-C is ours to handle: scancel, not a raw SIGINT
-                env=self._env(),
+                env=step_env(self.session.env),
             )
         except OSError as error:
             raise TransportError(
@@ -104,36 +107,16 @@ class SrunStep:
             threading.Thread(target=target, daemon=True).start()
 
     def _argv(self) -> list[str]:
-        """srun's command line; the options that fix the layout and the labels come after
-        the settings' srun_args, so that none of those can change them (srun keeps the last)."""
         session = self.session
         minutes = max(1, math.ceil(self.deadline.remaining() / 60) + 1)
-        return [
-            *session.srun,
-            *([f"--jobid={session.job_id}"] if session.job_id else []),
-            "--overlap",
-            "--kill-on-bad-exit=0",
-            f"--time={minutes}",
+        return step_argv(
+            [*session.srun, *([f"--jobid={session.job_id}"] if session.job_id else [])],
+            session.extra_args,
+            self.hosts,
             f"--job-name=clusterkit-{self.name}",
-            "--quiet",
-            *session.extra_args,
-            f"--nodes={len(self.hosts)}",
-            f"--ntasks={len(self.hosts)}",
-            "--ntasks-per-node=1",
-            f"--nodelist={','.join(self.hosts)}",
-            "--distribution=arbitrary",  # task i on the i-th node of --nodelist
-            "--label",
-            session.interpreter,
-            "-S",
-            "-c",
-            relay_source(),
-        ]
-
-    def _env(self) -> dict[str, str]:
-        env = dict(self.session.env)
-        for name in _LAYOUT_ENV:
-            env.pop(name, None)
-        return env
+            minutes,
+            [session.interpreter, "-S", "-c", relay_source()],
+        )
 
     @property
     def ids(self) -> tuple[str, str] | None:
@@ -158,6 +141,7 @@ class SrunStep:
             node, words = said
             cid, kind = words[1], words[2]
             with self.cond:
+                self.heard[node] = time.monotonic()
                 if kind == "ready" and len(words) >= 5:
                     self.ready.add(node)
                     self.said_ids.setdefault(node, (words[3], words[4]))
@@ -274,6 +258,17 @@ class SrunStep:
         settled = self.ready | set(self.failed) | set(self.launch_failed)
         return all(other in settled for other in self.hosts)
 
+    def find_gone(self) -> None:
+        """Nodes whose stepd is gone while srun still runs join `failed` (srun_io.py): a
+        crashed node is known in seconds, not at the node timeout. Under the lock."""
+        now = time.monotonic()
+        live = [h for h in self.hosts if h in self.ready and h not in self.failed]
+        if self.ended or not live or not self._io.due(now, live, self.heard):
+            return
+        self._io.checked = now
+        for node in self._io.check(now, live, self.heard, srun_connections(self.popen.pid)):
+            self.failed.setdefault(node, "its step's connection to srun closed: the node is gone")
+
     def _why_ended(self) -> str:
         return self.stderr_tail[-1] if self.stderr_tail else "srun exited"
 
@@ -291,13 +286,27 @@ class SrunStep:
     # --- ending -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """End the step: stdin closes, every relay kills what is left and exits; a step
-        still there after STOP_SECONDS is cancelled."""
+        """End the step: stdin closes, every relay kills what is left and exits. srun waits
+        for every node's task, and a crashed or cut-off node never reports one: that wait
+        (and the cancel of a step still there after STOP_SECONDS) goes on in the background,
+        never in the way of a restart; `wait_gone()` waits for it."""
         self._outbox.put(None)
+        with self.cond:
+            if self._ender is not None:
+                return
+            self._ender = threading.Thread(target=self._end, daemon=True)
+        self._ender.start()
+
+    def _end(self) -> None:
         try:
             self.popen.wait(STOP_SECONDS)
         except subprocess.TimeoutExpired:
             self.cancel()
+
+    def wait_gone(self, seconds: float) -> None:
+        """Wait (at most `seconds`) for a closed step's srun to be gone."""
+        if self._ender is not None:
+            self._ender.join(seconds)
 
     def cancel(self) -> None:
         """scancel the step (Slurm kills it on every node), then srun itself."""
@@ -361,8 +370,14 @@ class SrunProcess(PumpedProcess):
             return
 
     def _gone(self) -> str | None:
+        """Why this command's node cannot answer any more (its channel is gone); under the
+        step's lock. From then on the command counts as ended, like a closed SSH channel."""
         step = self._step
-        return step.failed.get(self.host) or (step._why_ended() if step.ended else None)
+        step.find_gone()
+        why = step.failed.get(self.host) or (step._why_ended() if step.ended else None)
+        if why is not None and self._exited_at is None:
+            self._exited_at = time.monotonic()
+        return why
 
     def _pump(self, done: Callable[[], bool], deadline: Deadline) -> bool:
         step = self._step
@@ -449,6 +464,7 @@ class SrunSession:
         self.steps_opened = 0
         self._lock = threading.Lock()
         self._live: list[SrunStep] = []
+        self._closing: list[SrunStep] = []  # closed; their srun may still be ending
         register_cancellable(self)
 
     def transports(self) -> dict[str, SrunTransport]:
@@ -464,10 +480,14 @@ class SrunSession:
         return step
 
     def close_step(self, step: SrunStep) -> None:
+        """Close a step; its srun ends in the background (see SrunStep.close), and the
+        session's own close waits for every one."""
         step.close()
         with self._lock:
             if step in self._live:
                 self._live.remove(step)
+                self._closing = [s for s in self._closing if s.popen.poll() is None]
+                self._closing.append(step)
 
     def relaunch(self, lost: SrunStep) -> SrunStep:
         """The phase's step again without the nodes that could not launch it (once per lost
@@ -501,10 +521,10 @@ class SrunSession:
             self._close_steps()
 
     def cancel(self) -> None:
-        """Ctrl-C / SIGTERM: cancel every live step; waits stop at once."""
+        """Ctrl-C / SIGTERM: cancel every step not yet gone; waits stop at once."""
         self.cancelled.set()
         with self._lock:
-            steps = list(self._live)
+            steps = [*self._live, *self._closing]
         for step in steps:
             step.cancel()
             with step.cond:
@@ -517,8 +537,13 @@ class SrunSession:
             self.close_step(step)
 
     def close(self) -> None:
-        """End every live step (idempotent); then `on_close`, once."""
+        """End every step and wait until each srun is gone (bounded: a step still there is
+        cancelled, then killed), so nothing is left running; then `on_close`, once."""
         self._close_steps()
+        with self._lock:
+            closing, self._closing = self._closing, []
+        for step in closing:  # closed together: each wait is bounded, and runs alongside
+            step.wait_gone(STOP_SECONDS * 3 + 1.0)
         with self._lock:
             on_close, self.on_close = self.on_close, None
         if on_close is not None:

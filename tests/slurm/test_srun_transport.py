@@ -13,6 +13,7 @@ from clusterkit.errors import TransportError
 from clusterkit.transport.base import Deadline
 from clusterkit.transport.pool import parallel
 from clusterkit.transport.srun import SrunSession
+from tests.support.netcluster import kill_netns_processes
 from tests.support.slurmcluster import SlurmCluster
 
 
@@ -30,6 +31,14 @@ def session(slurm: SlurmCluster, allocation: str) -> Iterator[SrunSession]:
     )
     yield made
     made.close()
+
+
+def wait_no_steps(slurm: SlurmCluster) -> None:
+    """A closed step's srun ends in the background: until Slurm lists none of ours."""
+    deadline = time.monotonic() + 30
+    while slurm.steps():
+        assert time.monotonic() < deadline, slurm.steps()
+        time.sleep(0.1)
 
 
 def node_processes(slurm: SlurmCluster, word: str) -> list[str]:
@@ -64,7 +73,7 @@ def test_one_step_runs_every_node_and_keeps_outputs_apart(
         assert lines[1].endswith(f"got hello-{host}".encode())  # its own stdin only
         assert result.stderr == f"to stderr {host}\n".encode()
         assert result.exit_code == len(f"hello-{host}") % 7
-    assert slurm.steps() == []
+    wait_no_steps(slurm)
 
 
 def test_conversation_like_the_network_stage(session: SrunSession) -> None:
@@ -92,7 +101,7 @@ def test_deadline_kills_the_command_on_its_node(slurm: SlurmCluster, session: Sr
     assert result.timed_out and result.exit_code is None
     assert time.monotonic() - started < 2 + 5 + 3
     assert node_processes(slurm, "sleep 1000") == []
-    assert slurm.steps() == []
+    wait_no_steps(slurm)
 
 
 def test_missing_program_is_exit_127_not_a_hang(session: SrunSession) -> None:
@@ -132,3 +141,71 @@ def test_cancel_leaves_no_step_and_no_process(slurm: SlurmCluster, session: Srun
         time.sleep(0.05)
     with pytest.raises(TransportError, match="interrupted"):
         transports["node1"].run(["true"], deadline=Deadline.after(5))
+
+
+def test_a_phase_over_a_crashed_node_ends_without_waiting_for_its_srun(
+    slurm: SlurmCluster, session: SrunSession
+) -> None:
+    """srun waits for every node's task, and a crashed node never reports its own. The
+    phase still ends at once (a restart is never held up by the lost node's clean-up: it
+    waited 5 s for srun, then scancel and up to 5 s more); the session's close then ends
+    that srun and its step, so nothing is left running."""
+    transports = session.transports()
+    node2 = slurm.net.nodes[1]
+    crashed = False
+    try:
+        with session.phase("launch") as step:
+            for host in ("node1", "node2"):
+                transports[host].start(["sleep", "555"], deadline=Deadline.after(120))
+            deadline = time.monotonic() + 30
+            while len(node_processes(slurm, "sleep 555")) < 2:
+                assert time.monotonic() < deadline, "commands never started"
+                time.sleep(0.05)
+            kill_netns_processes(node2.netns)  # a power cut: slurmd, its stepd, the relay
+            crashed = True
+        assert step.popen.poll() is None  # not waited for: srun still waits for node2
+        deadline = time.monotonic() + 20
+        while node_processes(slurm, "sleep 555"):  # node1's command ends all the same
+            assert time.monotonic() < deadline, node_processes(slurm, "sleep 555")
+            time.sleep(0.05)
+        session.close()
+        assert step.popen.poll() is not None  # the session's close waited for it to end
+    finally:
+        if crashed:
+            slurm.restart_slurmd(node2)
+
+
+def test_a_crashed_nodes_command_ends_though_srun_says_nothing(
+    slurm: SlurmCluster, session: SrunSession
+) -> None:
+    """A crashed node's stepd connection to srun closes; srun prints nothing and waits. The
+    command on it ends all the same (255, "the node is gone": a closed channel, as over
+    SSH), so a launch loses the node in seconds, not at its node timeout; the command on
+    the live node, speaking as a launch's node process does, goes on."""
+    transports = session.transports()
+    node2 = slurm.net.nodes[1]
+    beat = ["sh", "-c", "while :; do echo beat; sleep 0.5; done"]
+    crashed = False
+    try:
+        with session.phase("launch"):
+            running = {
+                host: transports[host].start(beat, deadline=Deadline.after(300))
+                for host in ("node1", "node2")
+            }
+            for process in running.values():
+                assert process.expect(b"beat\n", Deadline.after(30)) is not None
+            kill_netns_processes(node2.netns)
+            crashed = True
+            deadline = time.monotonic() + 60  # the command's own deadline is 300 s
+            while not running["node2"].exited:
+                assert time.monotonic() < deadline, "the crashed node's command never ended"
+                for process in running.values():
+                    process.read_lines(Deadline.after(0.2))
+            assert not running["node1"].exited
+            gone = running["node2"].finish(Deadline.after(10))
+            assert gone.exit_code == 255 and b"the node is gone" in gone.stderr, gone
+            running["node1"].send(b"")  # still there: its stdin is open
+            assert not running["node1"].exited
+    finally:
+        if crashed:
+            slurm.restart_slurmd(node2)

@@ -19,7 +19,7 @@ import pytest
 
 from clusterkit.bench import launcher
 from clusterkit.bench.findslow import _HELPER
-from clusterkit.launch.supervise import SWEEP_SCRIPT
+from clusterkit.launch.sweep import SWEEP_SCRIPT
 from clusterkit.node import launch as launch_node
 from clusterkit.rundir import RUN_DIR, folder_name, shell_line, shell_word
 from clusterkit.transport.base import Deadline

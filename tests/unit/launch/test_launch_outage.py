@@ -134,3 +134,60 @@ def test_the_outage_is_counted_from_the_last_sign_of_life() -> None:
     assert "2026-09-21T14:13:20+00:00 node3" in trace_text([incident], 3, 1.0).splitlines()
     found = Incident(0, onset, fault)  # no onset known: the detection is the start
     assert found.to_dict()["detect_s"] == 0.0 and found.began == onset
+
+
+def test_a_node_lost_after_its_peers_failed_moves_the_onset_to_its_last_sign() -> None:
+    """Under srun a crashed node's stream goes quiet without ending: its peers' ranks fail
+    first, the node is lost at the node timeout. The outage began at its last byte, before
+    the peers' failures, not when they were reported."""
+    sup, _ = supervisor()
+    n1, n2 = sup.nodes["n1"], sup.nodes["n2"]
+    now = time.monotonic()
+    n1.spoke, n1.heard_at = True, now
+    n2.spoke, n2.heard_at = True, now - NODE_TIMEOUT - 0.5
+    control(sup, "n1", {"event": "exit", "code": 1})  # its ranks lost their peer
+    reported = sup.failed_at
+    assert reported is not None and n2.heard_at < reported
+    sup._decide(Deadline.after(3600.0))
+    assert n2.lost
+    outcome = sup._outcome()
+    assert outcome.onset_at == n2.heard_at
+    assert outcome.detected_at == reported  # the stop began with the first failure
+
+
+def test_a_node_lost_later_for_its_own_reasons_does_not_move_the_onset_back() -> None:
+    """A node whose last sign came after the first failure explains nothing before it."""
+    sup, _ = supervisor()
+    control(sup, "n1", {"event": "exit", "code": 1})
+    first = sup.onset_at
+    assert first is not None
+    sup._fail(Failure("n2", None, None, time.monotonic(), lost=True), first + 1.0)
+    assert sup._outcome().onset_at == first
+
+
+def test_a_node_whose_channel_ends_while_it_is_being_stopped_is_lost() -> None:
+    """Its peers failed first and the job is being stopped; the node's channel then ends
+    without its exit report (a crashed node under srun, known from srun's connections): it
+    is lost, and the outage began at its last byte."""
+    sup, _ = supervisor()
+    n2 = sup.nodes["n2"]
+    n2.spoke, n2.heard_at = True, time.monotonic() - 3.0
+    sup._line(sup.nodes["n1"], b"RuntimeError: Connection reset by peer")  # torchrun's words
+    control(sup, "n1", {"event": "exit", "code": 1})
+    sup._stop_all("a rank failed")  # after the failure grace
+    assert n2.stopped_by_us and not n2.lost
+    sup._handle("ended", n2, "unreachable: its step's connection to srun closed")
+    assert n2.lost
+    assert [f.host for f in sup.failures if f.lost] == ["n2"]
+    assert sup._outcome().result == "lost" and sup._outcome().onset_at == n2.heard_at
+
+
+def test_a_node_we_gave_up_stopping_is_not_called_lost() -> None:
+    """Its stop overdue, we ended its process ourselves: that ending is ours, not its."""
+    sup, _ = supervisor()
+    n2 = sup.nodes["n2"]
+    control(sup, "n1", {"event": "exit", "code": 1})
+    sup._stop_all("a rank failed")
+    n2.abandoned = True
+    sup._handle("ended", n2, "")
+    assert n2.ended and not n2.lost
