@@ -7,20 +7,20 @@ from __future__ import annotations
 import time
 
 from clusterkit.node.bench_common import bandwidths, row_shape
-from clusterkit.node.bench_rendezvous import _synchronize
+from clusterkit.node.bench_rendezvous import synchronize
 
 
 def _timed(torch, dist, backend, op, iters):
     """Seconds per op: one untimed op and a barrier, then `iters` back-to-back ops and a
     device synchronize inside a host clock (nccl-tests' BenchTime)."""
     op()
-    _synchronize(torch, backend)
+    synchronize(torch, backend)
     dist.barrier()
-    _synchronize(torch, backend)
+    synchronize(torch, backend)
     start = time.perf_counter()
     for _ in range(iters):
         op()
-    _synchronize(torch, backend)
+    synchronize(torch, backend)
     return (time.perf_counter() - start) / iters
 
 
@@ -116,7 +116,7 @@ def _count_wrong(torch, result, chunks: list) -> int:
 def _wrong(torch, backend, op, fill, expect) -> int:
     fill()
     op()
-    _synchronize(torch, backend)
+    synchronize(torch, backend)
     return expect()
 
 
@@ -126,7 +126,7 @@ def _supported(torch, dist, backend, op, group) -> str:
     reason = ""
     try:
         op()
-        _synchronize(torch, backend)
+        synchronize(torch, backend)
     except (RuntimeError, NotImplementedError, AttributeError, ValueError) as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
     flag = torch.tensor([1 if reason else 0], dtype=torch.int64)
@@ -154,7 +154,7 @@ class Unsupported(Exception):
     """The backend lacks this collective: reported, not a failure."""
 
 
-def _measure(
+def measure(
     torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, group,
     collective="all_reduce",
 ):  # fmt: skip
@@ -197,7 +197,7 @@ def _measure(
     return measured
 
 
-def _place(
+def place_of(
     size: int, times: list[float], wrongs: list[int], world_size: int, collective: str
 ) -> dict:
     """One block of an nccl-tests row: the ranks' mean time (nccl-tests' default -a 1)."""

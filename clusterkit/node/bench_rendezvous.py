@@ -18,7 +18,7 @@ from clusterkit.node.bench_common import EXIT_FAILED, EXIT_WORLD, LOG_PREFIX, Be
 # --- node-side plumbing -------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL this rank when its torchrun agent dies: torchrun starts ranks in
     their own session, so killing the agent's process group would otherwise orphan them."""
     if not sys.platform.startswith("linux"):
@@ -35,7 +35,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _write_pid(run_dir: str | None, rank: int) -> None:
+def write_pid(run_dir: str | None, rank: int) -> None:
     """Record this rank's pid (its own session: torchrun uses start_new_session) so a kill
     command sent by the launcher can end it by run id."""
     if not run_dir:
@@ -48,17 +48,17 @@ def _write_pid(run_dir: str | None, rank: int) -> None:
         pass
 
 
-def _log(message: str) -> None:
+def log_line(message: str) -> None:
     sys.stderr.write(f"{LOG_PREFIX} {message}\n")
     sys.stderr.flush()
 
 
-def _env_int(name: str) -> int | None:
+def env_int(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else None
 
 
-def _device_info(torch, backend: str, local_rank: int) -> dict:
+def device_info(torch, backend: str, local_rank: int) -> dict:
     """This rank's device: CUDA name and PCI bus id, or the CPU."""
     if backend == "nccl":
         props = torch.cuda.get_device_properties(local_rank)
@@ -71,7 +71,7 @@ def _device_info(torch, backend: str, local_rank: int) -> dict:
     return {"device": local_rank, "bus_id": "cpu", "name": "CPU " + name}
 
 
-def _synchronize(torch, backend: str) -> None:
+def synchronize(torch, backend: str) -> None:
     if backend == "nccl":
         torch.cuda.synchronize()
 
@@ -85,7 +85,7 @@ def _parse_barrier_failure(message: str) -> list[int]:
     return [int(part) for part in re.findall(r"\d+", match.group(1))]
 
 
-def _check_world_size(world_size: int, expected: int | None) -> None:
+def check_world_size(world_size: int, expected: int | None) -> None:
     if expected is not None and world_size != expected:
         raise BenchError(
             "world-size",
@@ -95,7 +95,7 @@ def _check_world_size(world_size: int, expected: int | None) -> None:
         )
 
 
-def _join(dist, backend: str, rank: int, world_size: int, timeout_s: float):
+def join_world(dist, backend: str, rank: int, world_size: int, timeout_s: float):
     """Initialise the process group and a gloo side group, then prove every rank arrived:
     monitored_barrier names the ranks that did not."""
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -114,7 +114,7 @@ def _join(dist, backend: str, rank: int, world_size: int, timeout_s: float):
     return control
 
 
-def _await_go(dist, group, rank: int, barrier_dir: str, timeout: float) -> None:
+def await_go(dist, group, rank: int, barrier_dir: str, timeout: float) -> None:
     """Groups of `bench --find-slow` measure at the same moment, so none is timed on a
     machine or fabric the others have left idle: rank 0 says the group is ready (a file the
     launcher waits for) and waits for the launcher's go, then every rank leaves a barrier.
@@ -125,16 +125,16 @@ def _await_go(dist, group, rank: int, barrier_dir: str, timeout: float) -> None:
             with open(os.path.join(barrier_dir, "ready"), "w"):
                 pass
         except OSError as error:
-            _log(f"cannot write the ready file: {error}")
+            log_line(f"cannot write the ready file: {error}")
         end = time.monotonic() + timeout
         while not os.path.exists(go) and time.monotonic() < end:
             time.sleep(0.05)
         if not os.path.exists(go):
-            _log(f"no go within {timeout:g}s: measuring anyway")
+            log_line(f"no go within {timeout:g}s: measuring anyway")
     dist.barrier(group=group)
 
 
-def _gather_json(torch, dist, value, world_size: int, group) -> list:
+def gather_json(torch, dist, value, world_size: int, group) -> list:
     """Every rank's `value` (JSON), gathered as byte tensors on the gloo control group.
     dist.all_gather_object decodes through tensor.numpy(), so it fails on a node without
     numpy; the bench must not need a package the job itself may not."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from clusterkit.node.bench_common import COLLECTIVES, bandwidths, row_shape
-from clusterkit.node.bench_measure import _place
+from clusterkit.node.bench_measure import place_of
 
 
 def summarise(
@@ -33,11 +33,11 @@ def summarise(
         if per_rank_times and all(len(rank_times) > index for rank_times in per_rank_times):
             times = [rank_times[index] for rank_times in per_rank_times]
             wrongs = [rank_wrong[index] for rank_wrong in per_rank_wrong]
-            in_place = _place(size, times, wrongs, world_size, collective)
+            in_place = place_of(size, times, wrongs, world_size, collective)
         if per_rank_oop_times is not None and per_rank_oop_wrong is not None:
             oop_times = [rank_times[index] for rank_times in per_rank_oop_times]
             oop_wrongs = [rank_wrong[index] for rank_wrong in per_rank_oop_wrong]
-            out_of_place = _place(size, oop_times, oop_wrongs, world_size, collective)
+            out_of_place = place_of(size, oop_times, oop_wrongs, world_size, collective)
             if in_place is None:
                 times = oop_times
         slowest = max(range(len(times)), key=lambda r: times[r])
@@ -64,7 +64,7 @@ def summarise(
     return results
 
 
-def _collective_result(collective: str, gathered: list, unsupported: str, context) -> dict:
+def collective_result(collective: str, gathered: list, unsupported: str, context) -> dict:
     """Rank 0's nccl-tests JSON for one collective (`unsupported`: why it has no rows)."""
     sizes, args, elem_bytes, world_size, devices, backend, torch, begun = context
     results: list[dict] = []

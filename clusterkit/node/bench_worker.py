@@ -42,19 +42,19 @@ from clusterkit.node.bench_common import (
     parse_size,
     size_sweep,
 )
-from clusterkit.node.bench_measure import Unsupported, _measure
+from clusterkit.node.bench_measure import Unsupported, measure
 from clusterkit.node.bench_rendezvous import (
-    _await_go,
-    _check_world_size,
-    _device_info,
-    _die_with_parent,
-    _env_int,
-    _gather_json,
-    _join,
-    _log,
-    _write_pid,
+    await_go,
+    check_world_size,
+    device_info,
+    die_with_parent,
+    env_int,
+    gather_json,
+    join_world,
+    log_line,
+    write_pid,
 )
-from clusterkit.node.bench_result import _collective_result
+from clusterkit.node.bench_result import collective_result
 from clusterkit.node.bench_table import collective_results, format_tables
 
 FRAME_BEGIN = "\n--clusterkit-begin--\n"  # same markers as clusterkit.framing
@@ -130,17 +130,17 @@ def run(argv: list[str] | None = None) -> dict | None:
     """Run this rank. Returns the result dict on rank 0, None elsewhere; raises BenchError."""
     args = build_parser().parse_args(argv)
     sizes, torch_name, elem_bytes = _validate(args)
-    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    rank, world_size = env_int("RANK"), env_int("WORLD_SIZE")
     if rank is None or world_size is None or os.environ.get("MASTER_ADDR") is None:
         raise BenchError(
             "usage",
             "RANK/WORLD_SIZE/MASTER_ADDR are not set: start this under torchrun",
             EXIT_USAGE,
         )
-    local_rank = _env_int("LOCAL_RANK") or 0
-    _die_with_parent()
-    _write_pid(args.run_dir, rank)
-    _check_world_size(world_size, args.expect_world_size)
+    local_rank = env_int("LOCAL_RANK") or 0
+    die_with_parent()
+    write_pid(args.run_dir, rank)
+    check_world_size(world_size, args.expect_world_size)
 
     import warnings
 
@@ -156,19 +156,19 @@ def run(argv: list[str] | None = None) -> dict | None:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     host = socket.gethostname()
-    control = _join(dist, backend, rank, world_size, args.join_timeout)
-    _log(f"rank {rank} joined on {host} (world size {world_size}, backend {backend})")
+    control = join_world(dist, backend, rank, world_size, args.join_timeout)
+    log_line(f"rank {rank} joined on {host} (world size {world_size}, backend {backend})")
 
-    me = dict(_device_info(torch, backend, local_rank), rank=rank, host=host, pid=os.getpid())
-    devices = _gather_json(torch, dist, me, world_size, control)
+    me = dict(device_info(torch, backend, local_rank), rank=rank, host=host, pid=os.getpid())
+    devices = gather_json(torch, dist, me, world_size, control)
     if args.barrier_dir:
-        _await_go(dist, control, rank, args.barrier_dir, args.barrier_timeout)
+        await_go(dist, control, rank, args.barrier_dir, args.barrier_timeout)
     dtype = getattr(torch, torch_name)
     results = []
     for collective in args.collective:
         begun = time.time()
         try:
-            measured = _measure(
+            measured = measure(
                 torch, dist, backend, sizes, dtype, elem_bytes, args, rank, world_size, control,
                 collective,
             )  # fmt: skip
@@ -177,10 +177,10 @@ def run(argv: list[str] | None = None) -> dict | None:
             measured, unsupported = {}, str(why)
         except RuntimeError as error:
             raise BenchError("rank-failed", f"rank {rank} on {host}: {error}") from None
-        gathered = _gather_json(torch, dist, measured, world_size, control)
+        gathered = gather_json(torch, dist, measured, world_size, control)
         if rank == 0:
             context = (sizes, args, elem_bytes, world_size, devices, backend, torch, begun)
-            results.append(_collective_result(collective, gathered, unsupported, context))
+            results.append(collective_result(collective, gathered, unsupported, context))
     dist.destroy_process_group()
     if rank != 0:
         return None
@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run(argv)
     except BenchError as error:
-        _log(f"error {error.kind}: {error}")
-        if frame and (_env_int("LOCAL_RANK") or 0) == 0:
-            rank = _env_int("RANK")
+        log_line(f"error {error.kind}: {error}")
+        if frame and (env_int("LOCAL_RANK") or 0) == 0:
+            rank = env_int("RANK")
             payload = {"error": {"kind": str(error.kind), "message": str(error), "rank": rank}}
             sys.stdout.write(FRAME_BEGIN + json.dumps(payload) + FRAME_END)
             sys.stdout.flush()
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         raise
     except Exception as error:
-        _log(f"error rank-failed: rank {os.environ.get('RANK')}: {error}")
+        log_line(f"error rank-failed: rank {os.environ.get('RANK')}: {error}")
         return EXIT_FAILED
     if result is None:
         return 0

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 QUIET_SECONDS = 1.5  # a node is looked at once it missed a heartbeat (one a second)
-SETTLE_SECONDS = 2.0  # after a drop is seen, the live nodes have spoken again by then
+SETTLE_SECONDS = 1.5  # after a drop is seen, the live nodes have spoken again by then (1 s beats)
 EVERY_SECONDS = 0.5  # /proc is read at most this often per step
 _LISTEN, _ESTABLISHED = "0A", "01"
 

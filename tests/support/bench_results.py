@@ -59,7 +59,7 @@ def worker_result(
     args = bench_worker.build_parser().parse_args(["--collective", collective])
     context = (list(sizes), args, 4, ranks, devices, "gloo", _TORCH, 1.7e9)
     result = json.loads(
-        json.dumps(bench_result._collective_result(collective, gathered, "", context))
+        json.dumps(bench_result.collective_result(collective, gathered, "", context))
     )
     assert parse_result(result) == result
     return result
