@@ -263,7 +263,7 @@ class SrunStep:
         crashed node is known in seconds, not at the node timeout. Under the lock."""
         now = time.monotonic()
         live = [h for h in self.hosts if h in self.ready and h not in self.failed]
-        if self.ended or not live or not self._io.due(now, live, self.heard):
+        if self.ended or not live or not self._io.due(now):
             return
         self._io.checked = now
         for node in self._io.check(now, live, self.heard, srun_connections(self.popen.pid)):
