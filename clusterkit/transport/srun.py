@@ -524,7 +524,7 @@ class SrunSession:
         """Ctrl-C / SIGTERM: cancel every step not yet gone; waits stop at once."""
         self.cancelled.set()
         with self._lock:
-            steps = [*self._live, *self._closing]
+            steps = [*self._live, *(s for s in self._closing if s.popen.poll() is None)]
         for step in steps:
             step.cancel()
             with step.cond:
